@@ -1,0 +1,3 @@
+module github.com/hotcell/hotcell
+
+go 1.26.8

@@ -1,0 +1,99 @@
+// Package driver defines what an isolation backend supplies to hotcell: a box
+// whose PID 1 is the agent, and its lifecycle. Everything that happens inside
+// a sandbox is the agent's job, not the driver's.
+package driver
+
+import (
+	"context"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Labels every backend object carries so the reconciler can find what
+// hotcell owns.
+const (
+	LabelManaged = "hotcell.managed" // "true"
+	LabelID      = "hotcell.id"      // sandbox id
+	// LabelUserPrefix prefixes user labels on backend objects.
+	LabelUserPrefix = "hotcell.label."
+)
+
+// In-sandbox paths of the agent channel (see DESIGN.md).
+const (
+	AgentPath   = "/.hotcell/bin/hotcell-agent"
+	RunDir      = "/.hotcell/run"
+	AgentSocket = "agent.sock" // inside RunDir
+)
+
+// Spec is what the driver needs to create one sandbox's box.
+type Spec struct {
+	ID     string
+	Image  string
+	Env    map[string]string
+	Labels map[string]string // user labels
+	Limits wire.Limits
+	// Persist keeps /workspace in a named volume that outlives the container.
+	Persist bool
+	// HostRunDir is the daemon-owned directory bind-mounted read-only at RunDir.
+	HostRunDir string
+	// HostAgentPath is the static agent binary bind-mounted read-only at AgentPath.
+	HostAgentPath string
+}
+
+// BoxState is a backend's view of a box.
+type BoxState string
+
+const (
+	BoxRunning BoxState = "running"
+	BoxPaused  BoxState = "paused"
+	BoxStopped BoxState = "stopped" // created or exited
+	BoxMissing BoxState = "missing"
+)
+
+// Status is what Inspect reports.
+type Status struct {
+	ID        string
+	State     BoxState
+	ExitCode  int
+	OOMKilled bool
+	StartedAt time.Time
+}
+
+// Info describes the backend for /v1/host.
+type Info struct {
+	Name          string
+	EngineVersion string
+	CPUs          int
+	MemoryBytes   int64
+}
+
+// Progress reports a long operation (an image pull) to the user.
+type Progress func(msg string)
+
+// Driver is an isolation backend.
+type Driver interface {
+	Info(ctx context.Context) (Info, error)
+	// EnsureImage makes ref available locally, pulling it if needed. When it
+	// can be neither found nor pulled the error wraps errdefs.ErrNotFound and
+	// says how to build it.
+	EnsureImage(ctx context.Context, ref string, progress Progress) error
+	// Create creates the box (and its workspace volume) without starting it.
+	Create(ctx context.Context, spec Spec) error
+	Start(ctx context.Context, id string) error
+	// Stop stops the box, keeping its root filesystem and workspace; the agent
+	// gets SIGTERM and timeout to exit.
+	Stop(ctx context.Context, id string, timeout time.Duration) error
+	// Destroy removes the box and its workspace. It is idempotent.
+	Destroy(ctx context.Context, id string) error
+	// Inspect reports one box; a box that does not exist is BoxMissing, not an error.
+	Inspect(ctx context.Context, id string) (Status, error)
+	// List reports every box this host's hotcell owns, by label.
+	List(ctx context.Context) ([]Status, error)
+}
+
+// Pauser is implemented by drivers that can freeze a box with its memory.
+type Pauser interface {
+	Pause(ctx context.Context, id string) error
+	Unpause(ctx context.Context, id string) error
+}

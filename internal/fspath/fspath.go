@@ -1,0 +1,52 @@
+// Package fspath is the one place that validates and resolves paths inside a
+// sandbox. Both the daemon (at the API edge) and the agent use it.
+package fspath
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/hotcell/hotcell/internal/errdefs"
+)
+
+// Workspace is the directory relative paths resolve against.
+const Workspace = "/workspace"
+
+// MaxLen bounds a path's length, as PATH_MAX does.
+const MaxLen = 4096
+
+// Resolve validates p and returns it absolute and clean. Relative paths
+// resolve against Workspace. field names the request field for errors.
+func Resolve(field, p string) (string, error) {
+	if p == "" {
+		return "", errdefs.Invalid(field, "path is empty")
+	}
+	if len(p) > MaxLen {
+		return "", errdefs.Invalid(field, "path is longer than %d bytes", MaxLen)
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", errdefs.Invalid(field, "path contains a NUL byte")
+	}
+	if !path.IsAbs(p) {
+		p = path.Join(Workspace, p)
+	}
+	return path.Clean(p), nil
+}
+
+// ParseMode parses an octal permission string such as "0644" or "755".
+// Empty returns def.
+func ParseMode(field, s string, def uint32) (uint32, error) {
+	if s == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v > 0o7777 {
+		return 0, errdefs.Invalid(field, "mode %q is not an octal permission between 0000 and 7777", s)
+	}
+	return uint32(v), nil
+}
+
+// FormatMode renders permission bits as ParseMode reads them.
+func FormatMode(m uint32) string { return fmt.Sprintf("%04o", m&0o7777) }

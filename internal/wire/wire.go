@@ -1,0 +1,195 @@
+// Package wire holds the JSON shapes shared by the public API, the agent API
+// and the Go SDK. It has no dependencies beyond the standard library so that
+// the agent can use it.
+package wire
+
+import "time"
+
+// State is a sandbox's lifecycle state.
+type State string
+
+const (
+	StateCreating  State = "creating"
+	StateRunning   State = "running"
+	StateStopped   State = "stopped"
+	StatePaused    State = "paused"
+	StateError     State = "error"
+	StateDestroyed State = "destroyed"
+)
+
+// Limits caps a sandbox's resources. Zero means unlimited.
+type Limits struct {
+	MemoryMB  int64   `json:"memoryMb,omitempty"`
+	CPUs      float64 `json:"cpus,omitempty"`
+	PidsLimit int64   `json:"pidsLimit,omitempty"`
+}
+
+// Repo is a git repository cloned into /workspace at create.
+type Repo struct {
+	URL string `json:"url"`
+	Ref string `json:"ref,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Image   string            `json:"image,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Limits  Limits            `json:"limits"`
+	Persist *bool             `json:"persist,omitempty"`
+	Repo    *Repo             `json:"repo,omitempty"`
+	Setup   []string          `json:"setup,omitempty"`
+	// SetupTimeoutMs bounds each setup command; 0 means the daemon default.
+	SetupTimeoutMs int64 `json:"setupTimeoutMs,omitempty"`
+}
+
+// SetupResult records one setup command run at create.
+type SetupResult struct {
+	Command    string `json:"command"`
+	ExitCode   int    `json:"exitCode"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timedOut,omitempty"`
+	DurationMs int64  `json:"durationMs"`
+	// OutputTail is the last few KiB of the command's stdout and stderr.
+	OutputTail string `json:"outputTail"`
+}
+
+// RepoResult records the clone done at create.
+type RepoResult struct {
+	URL    string `json:"url"` // without credentials
+	Ref    string `json:"ref,omitempty"`
+	Commit string `json:"commit,omitempty"`
+}
+
+// Sandbox is the sandbox object returned by the API.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	State     State             `json:"state"`
+	Image     string            `json:"image"`
+	Env       map[string]string `json:"env,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Limits    Limits            `json:"limits"`
+	Persist   bool              `json:"persist"`
+	Repo      *RepoResult       `json:"repo,omitempty"`
+	Setup     []SetupResult     `json:"setup,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	CreatedAt time.Time         `json:"createdAt"`
+	UpdatedAt time.Time         `json:"updatedAt"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// ExecRequest runs a command to completion. Exactly one of Command (run by
+// /bin/sh -c) and Argv is set.
+type ExecRequest struct {
+	Command string            `json:"command,omitempty"`
+	Argv    []string          `json:"argv,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	Stdin   string            `json:"stdin,omitempty"`
+	// TimeoutMs kills the whole process group when it runs out; 0 means the default.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// MaxOutputBytes caps each of stdout and stderr in buffered mode; 0 means the default.
+	MaxOutputBytes int64 `json:"maxOutputBytes,omitempty"`
+}
+
+// ExecResult is the answer of a buffered exec.
+type ExecResult struct {
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	ExitCode   int    `json:"exitCode"`
+	Signal     string `json:"signal,omitempty"`
+	DurationMs int64  `json:"durationMs"`
+	TimedOut   bool   `json:"timedOut"`
+	Truncated  bool   `json:"truncated"`
+}
+
+// Exec stream event types. A stream is a sequence of newline-delimited JSON
+// ExecEvents: stdout/stderr chunks in order, keepalives, and exactly one
+// final "exit" or "error" event.
+const (
+	EventStdout    = "stdout"
+	EventStderr    = "stderr"
+	EventKeepalive = "keepalive"
+	EventExit      = "exit"
+	EventError     = "error"
+)
+
+// ExecEvent is one line of a streamed exec. Data is base64 in JSON, so chunks
+// are binary-safe.
+type ExecEvent struct {
+	Type       string `json:"type"`
+	Data       []byte `json:"data,omitempty"`
+	ExitCode   int    `json:"exitCode,omitempty"`
+	Signal     string `json:"signal,omitempty"`
+	DurationMs int64  `json:"durationMs,omitempty"`
+	TimedOut   bool   `json:"timedOut,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// File types in FileInfo.Type.
+const (
+	FileTypeFile    = "file"
+	FileTypeDir     = "dir"
+	FileTypeSymlink = "symlink"
+	FileTypeOther   = "other"
+)
+
+// FileInfo describes one file system entry.
+type FileInfo struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+	// Mode is the permission bits in octal, e.g. "0644".
+	Mode       string    `json:"mode"`
+	ModTime    time.Time `json:"mtime"`
+	LinkTarget string    `json:"linkTarget,omitempty"`
+}
+
+// FileList is the answer of fs/list.
+type FileList struct {
+	Path    string     `json:"path"`
+	Entries []FileInfo `json:"entries"`
+}
+
+// MkdirRequest is the body of fs/mkdir.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+	Mode    string `json:"mode,omitempty"`
+}
+
+// MoveRequest is the body of fs/move.
+type MoveRequest struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Overwrite bool   `json:"overwrite,omitempty"`
+}
+
+// WriteResult is the answer of a file write.
+type WriteResult struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// AgentHealth is the agent's GET /v1/health answer.
+type AgentHealth struct {
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+	Uptime  int64  `json:"uptimeMs"`
+}
+
+// HostInfo is the body of GET /v1/host.
+type HostInfo struct {
+	Version       string `json:"version"`
+	Driver        string `json:"driver"`
+	EngineVersion string `json:"engineVersion"`
+	CPUs          int    `json:"cpus"`
+	MemoryBytes   int64  `json:"memoryBytes"`
+	Sandboxes     int    `json:"sandboxes"`
+	DefaultImage  string `json:"defaultImage"`
+}
