@@ -193,3 +193,11 @@ type HostInfo struct {
 	Sandboxes     int    `json:"sandboxes"`
 	DefaultImage  string `json:"defaultImage"`
 }
+
+// ArchiveResult is the answer of an archive extraction (PUT /v1/archive on
+// the agent): how many non-directory entries and regular-file bytes were
+// written.
+type ArchiveResult struct {
+	Files int64 `json:"files"`
+	Bytes int64 `json:"bytes"`
+}

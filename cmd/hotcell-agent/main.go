@@ -1,0 +1,80 @@
+// Command hotcell-agent is PID 1 of every sandbox: it dials the daemon's
+// socket in the read-only run dir and serves the agent API on it, reaps
+// zombies, forwards signals, and stops its children on SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/agent"
+	"github.com/hotcell/hotcell/internal/fspath"
+)
+
+// stopGrace is how long children get between SIGTERM and SIGKILL; it must
+// fit in the driver's stop timeout.
+const stopGrace = 3 * time.Second
+
+func main() {
+	if err := run(context.Background(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "hotcell-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("hotcell-agent", flag.ContinueOnError)
+	socket := fs.String("socket", envOr("HOTCELL_AGENT_SOCKET", agent.DefaultSocket), "unix socket of the daemon to dial")
+	workspace := fs.String("workspace", fspath.Workspace, "directory relative paths resolve against")
+	debugLog := fs.Bool("debug", os.Getenv("HOTCELL_AGENT_DEBUG") != "", "log debug messages")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *debugLog {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	// The agent idles in every sandbox; keep its heap small unless the
+	// operator said otherwise.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(32 << 20)
+	}
+
+	pid1 := os.Getpid() == 1
+	reaper := agent.NewReaper(pid1)
+	defer reaper.Close()
+
+	if err := os.MkdirAll(*workspace, 0o755); err != nil {
+		logger.Warn("create workspace", "path", *workspace, "err", err)
+	}
+	h := agent.NewHandler(agent.Options{Workspace: *workspace, Reaper: reaper, Logger: logger})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- agent.Run(ctx, *socket, h, logger) }()
+
+	sig := agent.WaitForTermination(ctx, reaper, pid1)
+	logger.Info("stopping", "signal", fmt.Sprint(sig))
+	cancel()
+	err := <-served
+	reaper.Shutdown(context.Background(), stopGrace)
+	return err
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/hotcell/hotcell/internal/driver"
+)
+
+// YamuxConfig is the session configuration both ends of the agent channel
+// use. Keepalives notice a dead peer (a daemon gone without closing).
+func YamuxConfig() *yamux.Config {
+	cfg := yamux.DefaultConfig()
+	cfg.EnableKeepAlive = true
+	cfg.KeepAliveInterval = 15 * time.Second
+	cfg.LogOutput = io.Discard
+	return cfg
+}
+
+// Serve serves h on conn, the agent's end of the channel: the agent is the
+// yamux server and every daemon request arrives as a new stream. It returns
+// when the session ends or ctx is done (then with nil). Requests still
+// running are cancelled either way.
+func Serve(ctx context.Context, conn net.Conn, h http.Handler) error {
+	sess, err := yamux.Server(conn, YamuxConfig())
+	if err != nil {
+		_ = conn.Close()
+		return fmt.Errorf("serve agent channel: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 30 * time.Second,
+		// Cancel in-flight requests (and so kill their execs) with ctx.
+		BaseContext: func(net.Listener) context.Context { return ctx },
+		ErrorLog:    log.New(io.Discard, "", 0),
+	}
+	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	defer stop()
+	err = srv.Serve(sess)
+	_ = srv.Close()
+	_ = sess.Close()
+	if ctx.Err() != nil {
+		return nil
+	}
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, io.EOF) {
+		return fmt.Errorf("serve agent channel: session closed")
+	}
+	return fmt.Errorf("serve agent channel: %w", err)
+}
+
+// DefaultSocket is where the daemon listens for its agent, inside the sandbox.
+const DefaultSocket = driver.RunDir + "/" + driver.AgentSocket
+
+const (
+	minBackoff = 20 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// Run dials the daemon's socket and serves h on each connection it gets,
+// redialing with backoff whenever the dial fails or the session ends (the
+// daemon restarted), until ctx is done. It returns nil on ctx's end.
+func Run(ctx context.Context, socket string, h http.Handler, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	log := logger.With("component", "agent", "socket", socket)
+	backoff := minBackoff
+	var d net.Dialer
+	for {
+		conn, err := d.DialContext(ctx, "unix", socket)
+		if err == nil {
+			log.Debug("connected to daemon")
+			started := time.Now()
+			err = Serve(ctx, conn, h)
+			if time.Since(started) > maxBackoff {
+				backoff = minBackoff // a session that lived was a success
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Debug("agent channel down", "err", err, "retryIn", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}

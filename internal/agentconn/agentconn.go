@@ -1,0 +1,312 @@
+// Package agentconn is the daemon's side of the agent channel: it listens on
+// the unix socket in one sandbox's run dir, accepts the agent's connection,
+// multiplexes it with yamux and sends HTTP requests to the agent, one stream
+// each. It owns one sandbox's session at a time.
+package agentconn
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// maxJSON bounds any JSON document decoded from an agent: whatever comes out
+// of a sandbox is untrusted.
+const maxJSON = 64 << 20
+
+// Conn is the daemon's connection to one sandbox's agent. The agent may come
+// and go (restart, container stop); requests wait for it up to their context.
+type Conn struct {
+	id  string
+	ln  net.Listener
+	log *slog.Logger
+
+	mu      sync.Mutex
+	sess    *yamux.Session
+	health  wire.AgentHealth
+	readyCh chan struct{} // closed while a healthy session is up
+	closed  bool
+
+	transport *http.Transport
+	client    *http.Client
+	done      chan struct{}
+}
+
+// Listen removes a stale socket at path, listens on it and starts accepting
+// agent connections in the background until Close.
+func Listen(id, path string, log *slog.Logger) (*Conn, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale agent socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on agent socket: %w", err)
+	}
+	// Only root (the agent, PID 1 in the box) may connect, not a user process
+	// inside the sandbox.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod agent socket: %w", err)
+	}
+	c := &Conn{
+		id:      id,
+		ln:      ln,
+		log:     log.With("sandbox", id),
+		readyCh: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	c.transport = &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return c.openStream(ctx) },
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		// Responses are streamed; the agent answers headers promptly.
+		ResponseHeaderTimeout: 0,
+		WriteBufferSize:       64 << 10,
+		ReadBufferSize:        64 << 10,
+	}
+	c.client = &http.Client{Transport: c.transport}
+	go c.acceptLoop()
+	return c, nil
+}
+
+func yamuxConfig() *yamux.Config {
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	cfg.KeepAliveInterval = 10 * time.Second
+	cfg.ConnectionWriteTimeout = 30 * time.Second
+	// A larger window lets one stream move hundreds of MB/s over the socket.
+	cfg.MaxStreamWindowSize = 4 << 20
+	cfg.StreamOpenTimeout = 10 * time.Second
+	return cfg
+}
+
+func (c *Conn) acceptLoop() {
+	defer close(c.done)
+	for {
+		nc, err := c.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			c.log.Warn("accept agent connection", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		go c.adopt(nc)
+	}
+}
+
+// adopt turns a new connection into the current session once the agent on
+// it answers a health check. The latest healthy connection wins: an agent
+// that restarted replaces its dead predecessor.
+func (c *Conn) adopt(nc net.Conn) {
+	sess, err := yamux.Client(nc, yamuxConfig())
+	if err != nil {
+		nc.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := healthOn(ctx, sess)
+	if err != nil {
+		c.log.Warn("agent connection failed its health check", "err", err)
+		sess.Close()
+		return
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		sess.Close()
+		return
+	}
+	old := c.sess
+	c.sess = sess
+	c.health = h
+	select {
+	case <-c.readyCh:
+	default:
+		close(c.readyCh)
+	}
+	c.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	c.transport.CloseIdleConnections()
+	c.log.Debug("agent connected", "agentPid", h.PID, "version", h.Version)
+
+	<-sess.CloseChan()
+	c.mu.Lock()
+	if c.sess == sess {
+		c.sess = nil
+		c.readyCh = make(chan struct{})
+	}
+	c.mu.Unlock()
+	c.log.Debug("agent session ended")
+}
+
+// healthOn asks the agent on sess for its health, on a stream of its own.
+func healthOn(ctx context.Context, sess *yamux.Session) (wire.AgentHealth, error) {
+	tr := &http.Transport{
+		DialContext:       func(context.Context, string, string) (net.Conn, error) { return sess.Open() },
+		DisableKeepAlives: true,
+	}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/health", nil)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return wire.AgentHealth{}, err
+	}
+	defer resp.Body.Close()
+	var h wire.AgentHealth
+	if err := decode(resp, &h); err != nil {
+		return wire.AgentHealth{}, err
+	}
+	return h, nil
+}
+
+// WaitReady blocks until an agent session is up or ctx ends.
+func (c *Conn) WaitReady(ctx context.Context) error {
+	_, err := c.session(ctx)
+	return err
+}
+
+// Connected reports whether an agent session is up right now.
+func (c *Conn) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sess != nil && !c.sess.IsClosed()
+}
+
+func (c *Conn) session(ctx context.Context) (*yamux.Session, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("agent connection of sandbox %s is closed: %w", c.id, errdefs.ErrUnavailable)
+		}
+		s, ready := c.sess, c.readyCh
+		c.mu.Unlock()
+		if s != nil && !s.IsClosed() {
+			return s, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the agent of sandbox %s: %w", c.id, errors.Join(errdefs.ErrUnavailable, ctx.Err()))
+		}
+	}
+}
+
+func (c *Conn) openStream(ctx context.Context) (net.Conn, error) {
+	s, err := c.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.OpenStream()
+	if err != nil {
+		return nil, fmt.Errorf("open agent stream: %w", errors.Join(errdefs.ErrUnavailable, err))
+	}
+	return st, nil
+}
+
+// Do sends req to the agent. req.URL's path and query are used as they are;
+// the host is ignored. A transport failure wraps errdefs.ErrUnavailable.
+func (c *Conn) Do(req *http.Request) (*http.Response, error) {
+	req.URL.Scheme = "http"
+	req.URL.Host = "agent"
+	resp, err := c.client.Do(req)
+	if err != nil {
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			return nil, fmt.Errorf("agent request %s: %w", req.URL.Path, ctxErr)
+		}
+		if errors.Is(err, errdefs.ErrUnavailable) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("agent request %s: %w", req.URL.Path, errors.Join(errdefs.ErrUnavailable, err))
+	}
+	return resp, nil
+}
+
+// DoJSON sends a request with an optional JSON body and decodes a JSON answer
+// into out (unless out is nil). Non-2xx answers become *errdefs.RemoteError.
+func (c *Conn) DoJSON(ctx context.Context, method, pathAndQuery string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode agent request: %w", err)
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+pathAndQuery, body)
+	if err != nil {
+		return fmt.Errorf("build agent request: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return decode(resp, out)
+}
+
+func decode(resp *http.Response, out any) error {
+	if resp.StatusCode/100 != 2 {
+		return errdefs.Read(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxJSON))
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxJSON)).Decode(out); err != nil {
+		return fmt.Errorf("decode agent answer: %w", err)
+	}
+	return nil
+}
+
+// Health returns what the agent said when it last connected.
+func (c *Conn) Health() wire.AgentHealth {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.health
+}
+
+// Close stops listening and ends the current session. The agent in the box is
+// not touched: it keeps running and redials when a daemon listens again.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	s := c.sess
+	c.sess = nil
+	c.mu.Unlock()
+	err := c.ln.Close()
+	<-c.done
+	if s != nil {
+		s.Close()
+	}
+	c.transport.CloseIdleConnections()
+	return err
+}

@@ -1,0 +1,114 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/hotcell/hotcell/internal/sandbox"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+const maxCreateBody = 4 << 20
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req wire.CreateSandboxRequest
+	if err := readJSON(r, maxCreateBody, &req); err != nil {
+		return err
+	}
+	if err := validateCreate(&req); err != nil {
+		return err
+	}
+	sb, err := s.opts.Manager.Create(r.Context(), req, nil)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, sb)
+	return nil
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	st, err := validateState(q.Get("state"))
+	if err != nil {
+		return err
+	}
+	labels, err := parseLabelFilters(q["label"])
+	if err != nil {
+		return err
+	}
+	list, err := s.opts.Manager.List(r.Context(), store.Filter{State: st, Labels: labels})
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []wire.Sandbox{}
+	}
+	writeJSON(w, http.StatusOK, wire.SandboxList{Sandboxes: list})
+	return nil
+}
+
+// pathID returns the validated {id} of the route.
+func pathID(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	return id, sandbox.ValidateID(id)
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	sb, err := s.opts.Manager.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.opts.Manager.Destroy(r.Context(), id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	sb, err := s.opts.Manager.Start(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	sb, err := s.opts.Manager.Stop(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) host(w http.ResponseWriter, r *http.Request) error {
+	info, err := s.opts.Host(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}

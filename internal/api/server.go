@@ -1,0 +1,232 @@
+// Package api serves hotcell's public HTTP API: routes, authentication, the
+// one adapter that turns handler errors into JSON error documents, and the
+// pass-through of per-sandbox calls to the sandbox's agent.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Manager is what the API needs from the sandbox manager.
+type Manager interface {
+	Create(ctx context.Context, req wire.CreateSandboxRequest, progress driver.Progress) (wire.Sandbox, error)
+	Get(ctx context.Context, id string) (wire.Sandbox, error)
+	List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error)
+	Destroy(ctx context.Context, id string) error
+	Start(ctx context.Context, id string) (wire.Sandbox, error)
+	Stop(ctx context.Context, id string) (wire.Sandbox, error)
+	Agent(ctx context.Context, id string) (*agentconn.Conn, error)
+}
+
+// Options configure a Server.
+type Options struct {
+	Manager Manager
+	Token   string
+	// Host reports /v1/host.
+	Host func(ctx context.Context) (wire.HostInfo, error)
+	// ExecTimeout and MaxExecOutput are the exec defaults.
+	ExecTimeout   time.Duration
+	MaxExecOutput int64
+	Log           *slog.Logger
+}
+
+// Server is the HTTP API.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New builds the API server.
+func New(opts Options) *Server {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.ExecTimeout == 0 {
+		opts.ExecTimeout = 60 * time.Second
+	}
+	if opts.MaxExecOutput == 0 {
+		opts.MaxExecOutput = 1 << 20
+	}
+	s := &Server{opts: opts, log: opts.Log.With("component", "api"), mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+// handlerFunc is a handler that returns its error instead of writing it.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) handle(pattern string, h handlerFunc) {
+	s.mux.Handle(pattern, s.adapt(h))
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	s.handle("GET /v1/host", s.host)
+	s.handle("GET /v1/openapi.json", s.openapi)
+
+	s.handle("POST /v1/sandboxes", s.createSandbox)
+	s.handle("GET /v1/sandboxes", s.listSandboxes)
+	s.handle("GET /v1/sandboxes/{id}", s.getSandbox)
+	s.handle("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
+	s.handle("POST /v1/sandboxes/{id}/start", s.startSandbox)
+	s.handle("POST /v1/sandboxes/{id}/stop", s.stopSandbox)
+
+	s.handle("POST /v1/sandboxes/{id}/exec", s.exec)
+
+	s.handle("GET /v1/sandboxes/{id}/files", s.readFile)
+	s.handle("PUT /v1/sandboxes/{id}/files", s.writeFile)
+	s.handle("DELETE /v1/sandboxes/{id}/files", s.removeFile)
+	s.handle("GET /v1/sandboxes/{id}/fs/list", s.listDir)
+	s.handle("GET /v1/sandboxes/{id}/fs/stat", s.stat)
+	s.handle("POST /v1/sandboxes/{id}/fs/mkdir", s.mkdir)
+	s.handle("POST /v1/sandboxes/{id}/fs/move", s.move)
+	s.handle("GET /v1/sandboxes/{id}/archive", s.getArchive)
+	s.handle("PUT /v1/sandboxes/{id}/archive", s.putArchive)
+
+	// Anything else under the API gets a JSON 404 rather than the mux's text.
+	s.handle("/", func(w http.ResponseWriter, r *http.Request) error {
+		return fmt.Errorf("no route %s %s (see /v1/openapi.json): %w", r.Method, r.URL.Path, errdefs.ErrNotFound)
+	})
+}
+
+// Handler returns the API with authentication and request logging.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rid := newRequestID()
+		rw := &responseWriter{ResponseWriter: w}
+		rw.Header().Set("X-Request-Id", rid)
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
+		if r.URL.Path != "/healthz" && !s.authorized(r) {
+			rw.Header().Set("WWW-Authenticate", `Bearer realm="hotcell"`)
+			errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file>: %w", errdefs.ErrUnauthenticated), rid)
+		} else {
+			s.mux.ServeHTTP(rw, r)
+		}
+		// slog escapes the path; the query may hold file paths, so it is
+		// logged as a value too. Authorization is never logged.
+		s.log.Debug("request", "id", rid, "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
+			"status", rw.status, "bytes", rw.written, "ms", time.Since(start).Milliseconds())
+	})
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) == 1
+}
+
+type requestIDKey struct{}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// adapt is the one place handler errors become responses.
+func (s *Server) adapt(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		rid, _ := r.Context().Value(requestIDKey{}).(string)
+		status, code := errdefs.HTTPStatus(err)
+		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+			// The client went away; nobody is left to answer.
+			s.log.Debug("request canceled by client", "id", rid, "path", r.URL.Path)
+			return
+		}
+		lvl := slog.LevelInfo
+		if status >= 500 {
+			lvl = slog.LevelError
+		}
+		s.log.Log(r.Context(), lvl, "request failed", "id", rid, "method", r.Method, "path", r.URL.Path, "status", status, "code", code, "err", err)
+		if rw, ok := w.(*responseWriter); ok && rw.status != 0 {
+			return // headers already sent: the stream itself reports the error
+		}
+		errdefs.Write(w, err, rid)
+	})
+}
+
+// responseWriter records the status for logs and for the error adapter.
+type responseWriter struct {
+	http.ResponseWriter
+	status  int
+	written int64
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.written += int64(n)
+	return n, err
+}
+
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *responseWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// readJSON decodes a bounded JSON body, rejecting unknown fields so that a
+// misspelt option is an error rather than silently ignored.
+func readJSON(r *http.Request, limit int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("request body is larger than %d bytes: %w", limit, errdefs.ErrTooLarge)
+		}
+		if errors.Is(err, io.EOF) {
+			return errdefs.Invalid("body", "a JSON object is required")
+		}
+		return errdefs.Invalid("body", "invalid JSON: %v", err)
+	}
+	if dec.More() {
+		return errdefs.Invalid("body", "unexpected data after the JSON object")
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+package api
+
+import (
+	"math"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/fspath"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Every API input is checked here, once, at the edge. Messages name the
+// field so a client knows what to fix.
+
+var (
+	envNamePattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	labelKeyPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$`)
+	// imagePattern accepts Docker references: [registry[:port]/]name[:tag][@digest].
+	imagePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
+	refPattern   = regexp.MustCompile(`^[A-Za-z0-9_./@{}^~+-]{1,255}$`)
+)
+
+const (
+	maxEnv          = 256
+	maxLabels       = 64
+	maxLabelValue   = 256
+	maxEnvValue     = 32 << 10
+	maxSetup        = 64
+	maxSetupCommand = 64 << 10
+	maxArgv         = 4096
+	maxTimeoutMs    = 24 * 60 * 60 * 1000
+	maxOutputBytes  = 64 << 20
+	minMemoryMB     = 16
+	minPids         = 16
+)
+
+func validateEnv(field string, env map[string]string) error {
+	if len(env) > maxEnv {
+		return errdefs.Invalid(field, "at most %d variables", maxEnv)
+	}
+	for k, v := range env {
+		if !envNamePattern.MatchString(k) {
+			return errdefs.Invalid(field+"."+clip(k), "not a valid variable name (letters, digits and '_', not starting with a digit)")
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return errdefs.Invalid(field+"."+k, "value contains a NUL byte")
+		}
+		if len(v) > maxEnvValue {
+			return errdefs.Invalid(field+"."+k, "value is longer than %d bytes", maxEnvValue)
+		}
+	}
+	return nil
+}
+
+func validateLabels(field string, labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return errdefs.Invalid(field, "at most %d labels", maxLabels)
+	}
+	for k, v := range labels {
+		if err := validateLabel(field, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateLabel(field, k, v string) error {
+	if !labelKeyPattern.MatchString(k) {
+		return errdefs.Invalid(field+"."+clip(k), "not a valid label key (1-63 of letters, digits, '.', '_', '-', '/', starting and ending with a letter or digit)")
+	}
+	if len(v) > maxLabelValue || !utf8.ValidString(v) || strings.ContainsFunc(v, isControl) {
+		return errdefs.Invalid(field+"."+k, "value must be printable UTF-8 of at most %d bytes", maxLabelValue)
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+func validateCreate(req *wire.CreateSandboxRequest) error {
+	if req.Image != "" && (len(req.Image) > 255 || !imagePattern.MatchString(req.Image)) {
+		return errdefs.Invalid("image", "%q is not an image reference like hotcell/base:latest", clip(req.Image))
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return err
+	}
+	if err := validateLabels("labels", req.Labels); err != nil {
+		return err
+	}
+	l := req.Limits
+	if l.MemoryMB < 0 || (l.MemoryMB > 0 && l.MemoryMB < minMemoryMB) || l.MemoryMB > 1<<30 {
+		return errdefs.Invalid("limits.memoryMb", "must be 0 (unlimited) or at least %d", minMemoryMB)
+	}
+	if math.IsNaN(l.CPUs) || l.CPUs < 0 || l.CPUs > 1024 || (l.CPUs > 0 && l.CPUs < 0.01) {
+		return errdefs.Invalid("limits.cpus", "must be 0 (unlimited) or between 0.01 and 1024")
+	}
+	if l.PidsLimit < 0 || (l.PidsLimit > 0 && l.PidsLimit < minPids) || l.PidsLimit > 1<<22 {
+		return errdefs.Invalid("limits.pidsLimit", "must be 0 (unlimited) or at least %d (the agent needs a few)", minPids)
+	}
+	if r := req.Repo; r != nil {
+		if err := validateRepoURL(r.URL); err != nil {
+			return err
+		}
+		if r.Ref != "" && (!refPattern.MatchString(r.Ref) || strings.HasPrefix(r.Ref, "-") || strings.Contains(r.Ref, "..")) {
+			return errdefs.Invalid("repo.ref", "%q is not a branch, tag or commit", clip(r.Ref))
+		}
+	}
+	if len(req.Setup) > maxSetup {
+		return errdefs.Invalid("setup", "at most %d commands", maxSetup)
+	}
+	for i, c := range req.Setup {
+		f := "setup[" + strconv.Itoa(i) + "]"
+		if strings.TrimSpace(c) == "" {
+			return errdefs.Invalid(f, "command is empty")
+		}
+		if len(c) > maxSetupCommand || strings.IndexByte(c, 0) >= 0 {
+			return errdefs.Invalid(f, "command must be at most %d bytes with no NUL", maxSetupCommand)
+		}
+	}
+	if req.SetupTimeoutMs < 0 || req.SetupTimeoutMs > maxTimeoutMs {
+		return errdefs.Invalid("setupTimeoutMs", "must be between 0 and %d", maxTimeoutMs)
+	}
+	return nil
+}
+
+// validateRepoURL allows the transports git can use without running a
+// program named by the URL; a local path must be absolute.
+func validateRepoURL(raw string) error {
+	const field = "repo.url"
+	if raw == "" {
+		return errdefs.Invalid(field, "is empty")
+	}
+	if len(raw) > 2048 || strings.ContainsFunc(raw, func(r rune) bool { return isControl(r) || r == ' ' }) {
+		return errdefs.Invalid(field, "must be at most 2048 bytes with no spaces or control characters")
+	}
+	if strings.HasPrefix(raw, "-") {
+		return errdefs.Invalid(field, "must not start with '-'")
+	}
+	if strings.HasPrefix(raw, "/") {
+		return nil
+	}
+	if i := strings.Index(raw, "://"); i > 0 {
+		switch raw[:i] {
+		case "https", "http", "ssh", "git", "file":
+			if _, err := url.Parse(raw); err != nil {
+				return errdefs.Invalid(field, "does not parse: %v", err)
+			}
+			return nil
+		}
+		return errdefs.Invalid(field, "scheme %q is not allowed (use https, http, ssh, git or file)", clip(raw[:i]))
+	}
+	// scp-like ssh syntax: user@host:path
+	if at, colon := strings.Index(raw, "@"), strings.Index(raw, ":"); at > 0 && colon > at && !strings.Contains(raw[:colon], "::") {
+		return nil
+	}
+	return errdefs.Invalid(field, "%q is not a repository URL (https://..., ssh://..., user@host:path or an absolute path)", clip(raw))
+}
+
+func validateExec(req *wire.ExecRequest, defTimeoutMs, defMaxOutput int64) error {
+	switch {
+	case req.Command != "" && len(req.Argv) > 0:
+		return errdefs.Invalid("command", "give either command or argv, not both")
+	case req.Command == "" && len(req.Argv) == 0:
+		return errdefs.Invalid("command", "give command (run by /bin/sh -c) or argv")
+	}
+	if strings.IndexByte(req.Command, 0) >= 0 {
+		return errdefs.Invalid("command", "contains a NUL byte")
+	}
+	if len(req.Argv) > maxArgv {
+		return errdefs.Invalid("argv", "at most %d arguments", maxArgv)
+	}
+	for i, a := range req.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errdefs.Invalid("argv["+strconv.Itoa(i)+"]", "contains a NUL byte")
+		}
+	}
+	if len(req.Argv) > 0 && req.Argv[0] == "" {
+		return errdefs.Invalid("argv[0]", "program is empty")
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return err
+	}
+	if req.Cwd != "" {
+		cwd, err := fspath.Resolve("cwd", req.Cwd)
+		if err != nil {
+			return err
+		}
+		req.Cwd = cwd
+	}
+	if req.TimeoutMs < 0 || req.TimeoutMs > maxTimeoutMs {
+		return errdefs.Invalid("timeoutMs", "must be between 0 (default) and %d", maxTimeoutMs)
+	}
+	if req.TimeoutMs == 0 {
+		req.TimeoutMs = defTimeoutMs
+	}
+	if req.MaxOutputBytes < 0 || req.MaxOutputBytes > maxOutputBytes {
+		return errdefs.Invalid("maxOutputBytes", "must be between 0 (default) and %d", maxOutputBytes)
+	}
+	if req.MaxOutputBytes == 0 {
+		req.MaxOutputBytes = defMaxOutput
+	}
+	return nil
+}
+
+func parseBool(field, s string) (bool, error) {
+	if s == "" {
+		return false, nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, errdefs.Invalid(field, "%q is not true or false", clip(s))
+	}
+	return v, nil
+}
+
+func parseNonNegative(field, s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, errdefs.Invalid(field, "%q is not a non-negative integer", clip(s))
+	}
+	return v, nil
+}
+
+func validateState(s string) (wire.State, error) {
+	switch st := wire.State(s); st {
+	case "", wire.StateCreating, wire.StateRunning, wire.StateStopped, wire.StatePaused, wire.StateError:
+		return st, nil
+	}
+	return "", errdefs.Invalid("state", "%q is not one of creating, running, stopped, paused, error", clip(s))
+}
+
+// parseLabelFilters reads repeated label=key=value query parameters.
+func parseLabelFilters(vals []string) (map[string]string, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(vals))
+	for _, kv := range vals {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, errdefs.Invalid("label", "%q must be key=value", clip(kv))
+		}
+		if err := validateLabel("label", k, v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// clip keeps echoed user input short in error messages.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -1,0 +1,511 @@
+// Package config is the one reader of the daemon's configuration. A setting
+// comes, highest first, from a command-line flag, a HOTCELL_* environment
+// variable, an optional TOML file, or its default; every setting remembers
+// where it came from so that a validation error can say what to fix.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/spf13/pflag"
+)
+
+// Defaults that clients and docs rely on.
+const (
+	DefaultListen       = "127.0.0.1:8080"
+	DefaultDataDir      = "/var/lib/hotcell"
+	DefaultImage        = "hotcell/base:latest"
+	AgentBinaryName     = "hotcell-agent"
+	ConfigFlag          = "config"
+	ConfigEnv           = "HOTCELL_CONFIG"
+	envPrefix           = "HOTCELL_"
+	defaultSource       = "default"
+	defaultExecTimeout  = 60 * time.Second
+	defaultSetupTimeout = 10 * time.Minute
+	defaultMaxExecOut   = 1 << 20
+	defaultShutdown     = 10 * time.Second
+)
+
+// Config is the daemon's configuration. Build it with Load (or Default and
+// the Apply methods, then Validate).
+type Config struct {
+	// Listen is the API's host:port.
+	Listen string
+	// DataDir holds the database, the token and per-sandbox directories.
+	DataDir string
+	// DefaultImage is used when a create request names no image.
+	DefaultImage string
+	// AgentBinary is the host path of the static hotcell-agent binary that is
+	// bind-mounted into every sandbox. Empty means: next to this executable,
+	// else in PATH; Validate resolves it to an absolute path.
+	AgentBinary string
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// LogFormat is text or json.
+	LogFormat string
+	// DockerHost is the Docker Engine address. Empty means the Docker
+	// client's usual environment (DOCKER_HOST, DOCKER_TLS_VERIFY, ...).
+	DockerHost string
+	// ExecTimeout is the default timeout of an exec that asks for none.
+	ExecTimeout time.Duration
+	// SetupTimeout bounds each setup command at create.
+	SetupTimeout time.Duration
+	// MaxExecOutput caps each of stdout and stderr of a buffered exec, in bytes.
+	MaxExecOutput int64
+	// ShutdownTimeout bounds graceful shutdown of the daemon.
+	ShutdownTimeout time.Duration
+
+	// sources maps a setting's key to where its value came from.
+	sources map[string]string
+}
+
+type kind int
+
+const (
+	kindString kind = iota
+	kindDuration
+	kindBytes
+)
+
+// setting describes one configuration value. Its TOML key is key, its flag
+// is key with dashes, its environment variable HOTCELL_ + upper-case key.
+type setting struct {
+	key   string
+	kind  kind
+	usage string
+	field func(*Config) any // *string, *time.Duration or *int64
+}
+
+func (s setting) flag() string { return strings.ReplaceAll(s.key, "_", "-") }
+func (s setting) env() string  { return envPrefix + strings.ToUpper(s.key) }
+
+var settings = []setting{
+	{"listen", kindString, "address (host:port) the API listens on",
+		func(c *Config) any { return &c.Listen }},
+	{"data_dir", kindString, "directory for the database, the API token and sandbox state",
+		func(c *Config) any { return &c.DataDir }},
+	{"default_image", kindString, "image for sandboxes created without one",
+		func(c *Config) any { return &c.DefaultImage }},
+	{"agent_binary", kindString, "path of the hotcell-agent binary (default: next to hotcell, else in PATH)",
+		func(c *Config) any { return &c.AgentBinary }},
+	{"log_level", kindString, "log level: debug, info, warn or error",
+		func(c *Config) any { return &c.LogLevel }},
+	{"log_format", kindString, "log format: text or json",
+		func(c *Config) any { return &c.LogFormat }},
+	{"docker_host", kindString, "Docker Engine address (default: the Docker client environment, DOCKER_HOST)",
+		func(c *Config) any { return &c.DockerHost }},
+	{"exec_timeout", kindDuration, "default timeout of an exec",
+		func(c *Config) any { return &c.ExecTimeout }},
+	{"setup_timeout", kindDuration, "timeout of each setup command at create",
+		func(c *Config) any { return &c.SetupTimeout }},
+	{"max_exec_output", kindBytes, "cap in bytes on each of stdout and stderr of a buffered exec",
+		func(c *Config) any { return &c.MaxExecOutput }},
+	{"shutdown_timeout", kindDuration, "how long shutdown waits for requests to finish",
+		func(c *Config) any { return &c.ShutdownTimeout }},
+}
+
+func lookup(key string) (setting, bool) {
+	for _, s := range settings {
+		if s.key == key {
+			return s, true
+		}
+	}
+	return setting{}, false
+}
+
+// Default returns the configuration before any file, environment or flag.
+func Default() Config {
+	return Config{
+		Listen:          DefaultListen,
+		DataDir:         DefaultDataDir,
+		DefaultImage:    DefaultImage,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		ExecTimeout:     defaultExecTimeout,
+		SetupTimeout:    defaultSetupTimeout,
+		MaxExecOutput:   defaultMaxExecOut,
+		ShutdownTimeout: defaultShutdown,
+	}
+}
+
+// AddFlags registers a flag for every setting, plus --config, on fs.
+func AddFlags(fs *pflag.FlagSet) {
+	fs.String(ConfigFlag, "", "TOML config file (also "+ConfigEnv+")")
+	def := Default()
+	for _, s := range settings {
+		usage := s.usage + " (also " + s.env() + ")"
+		switch p := s.field(&def).(type) {
+		case *string:
+			fs.String(s.flag(), *p, usage)
+		case *time.Duration:
+			fs.Duration(s.flag(), *p, usage)
+		case *int64:
+			fs.Int64(s.flag(), *p, usage)
+		}
+	}
+}
+
+// Load builds the daemon configuration: defaults, then the file named by
+// --config or HOTCELL_CONFIG, then HOTCELL_* variables, then the flags the
+// user set on fs; then it validates the result. fs and getenv may be nil.
+func Load(fs *pflag.FlagSet, getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := Default()
+	path, namedBy := getenv(ConfigEnv), ConfigEnv
+	if fs != nil && fs.Changed(ConfigFlag) {
+		path, _ = fs.GetString(ConfigFlag)
+		namedBy = "--" + ConfigFlag
+	}
+	if path != "" {
+		if err := c.applyFile(path, namedBy); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := c.ApplyEnv(getenv); err != nil {
+		return Config{}, err
+	}
+	if fs != nil {
+		if err := c.ApplyFlags(fs); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// ApplyFile sets the settings present in the TOML file at path. A key the
+// file should not have is an error naming it: a typo must not silently
+// leave a default in place.
+func (c *Config) ApplyFile(path string) error { return c.applyFile(path, "") }
+
+// applyFile is ApplyFile; namedBy says which flag or variable named the
+// file, so that a missing file points at what to fix.
+func (c *Config) applyFile(path, namedBy string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if namedBy != "" {
+			return fmt.Errorf("config: read file named by %s: %w", namedBy, err)
+		}
+		return fmt.Errorf("config: read file: %w", err)
+	}
+	var m map[string]any
+	if _, err := toml.Decode(string(data), &m); err != nil {
+		return fmt.Errorf("config: parse %s: %w", path, err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	source := "file " + path
+	for _, k := range keys {
+		s, ok := lookup(k)
+		if !ok {
+			return fmt.Errorf("config: %s: unknown key %q (known keys: %s)", path, k, knownKeys())
+		}
+		var raw string
+		switch v := m[k].(type) {
+		case string:
+			if s.kind == kindBytes {
+				return fmt.Errorf("config: %s: %s: want an integer number of bytes, got string %q", path, k, v)
+			}
+			raw = v
+		case int64:
+			if s.kind != kindBytes {
+				return fmt.Errorf("config: %s: %s: want a string%s, got integer %d", path, k, durationHint(s), v)
+			}
+			raw = strconv.FormatInt(v, 10)
+		default:
+			return fmt.Errorf("config: %s: %s: want a string%s, got %T", path, k, durationHint(s), v)
+		}
+		if err := c.set(s, raw, source); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func knownKeys() string {
+	keys := make([]string, len(settings))
+	for i, s := range settings {
+		keys[i] = s.key
+	}
+	return strings.Join(keys, ", ")
+}
+
+func durationHint(s setting) string {
+	if s.kind == kindDuration {
+		return ` duration such as "60s"`
+	}
+	return ""
+}
+
+// ApplyEnv sets the settings whose HOTCELL_* variable is set and not empty.
+func (c *Config) ApplyEnv(getenv func(string) string) error {
+	for _, s := range settings {
+		if v := getenv(s.env()); v != "" {
+			if err := c.set(s, v, s.env()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ApplyFlags sets the settings whose flag the user set on fs; flags left at
+// their default do not override the file or the environment.
+func (c *Config) ApplyFlags(fs *pflag.FlagSet) error {
+	for _, s := range settings {
+		f := fs.Lookup(s.flag())
+		if f == nil || !f.Changed {
+			continue
+		}
+		if err := c.set(s, f.Value.String(), "--"+s.flag()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// set parses raw for s and records source. Parsing errors name the setting
+// and the source; range checks are left to Validate.
+func (c *Config) set(s setting, raw, source string) error {
+	switch p := s.field(c).(type) {
+	case *string:
+		*p = strings.TrimSpace(raw)
+	case *time.Duration:
+		d, err := time.ParseDuration(strings.TrimSpace(raw))
+		if err != nil {
+			return fmt.Errorf("config: %s %q: want a duration such as \"60s\" (from %s)", s.key, raw, source)
+		}
+		*p = d
+	case *int64:
+		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+		if err != nil {
+			return fmt.Errorf("config: %s %q: want an integer number of bytes (from %s)", s.key, raw, source)
+		}
+		*p = n
+	}
+	if c.sources == nil {
+		c.sources = map[string]string{}
+	}
+	c.sources[s.key] = source
+	return nil
+}
+
+// Source says where a setting's value came from: "default", "file PATH",
+// "HOTCELL_X" or "--x". key is the TOML key, e.g. "data_dir".
+func (c Config) Source(key string) string {
+	if src, ok := c.sources[key]; ok {
+		return src
+	}
+	return defaultSource
+}
+
+// Validate checks every setting and resolves DataDir and AgentBinary to
+// absolute paths. Errors name the setting, its value and its source.
+func (c *Config) Validate() error {
+	bad := func(key string, value any, format string, args ...any) error {
+		return fmt.Errorf("config: %s %q: %s (from %s)", key, fmt.Sprint(value), fmt.Sprintf(format, args...), c.Source(key))
+	}
+
+	if _, _, err := splitListen(c.Listen); err != nil {
+		return bad("listen", c.Listen, "must be host:port with a port from 0 to 65535: %v", err)
+	}
+
+	if c.DataDir == "" {
+		return bad("data_dir", c.DataDir, "must not be empty")
+	}
+	dir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return bad("data_dir", c.DataDir, "cannot make it absolute: %v", err)
+	}
+	c.DataDir = dir
+
+	if c.DefaultImage == "" {
+		return bad("default_image", c.DefaultImage, "must not be empty")
+	}
+
+	c.LogLevel = strings.ToLower(c.LogLevel)
+	if _, ok := logLevels[c.LogLevel]; !ok {
+		return bad("log_level", c.LogLevel, "must be debug, info, warn or error")
+	}
+	c.LogFormat = strings.ToLower(c.LogFormat)
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("log_format", c.LogFormat, "must be text or json")
+	}
+
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"exec_timeout", c.ExecTimeout},
+		{"setup_timeout", c.SetupTimeout},
+		{"shutdown_timeout", c.ShutdownTimeout},
+	} {
+		if d.v <= 0 {
+			return bad(d.key, d.v, "must be greater than 0")
+		}
+	}
+	if c.MaxExecOutput <= 0 {
+		return bad("max_exec_output", c.MaxExecOutput, "must be greater than 0")
+	}
+
+	agent, err := resolveAgent(c.AgentBinary)
+	if err != nil {
+		const hint = "build it with `make build` or pass --agent-binary"
+		if c.AgentBinary == "" {
+			return fmt.Errorf("config: agent_binary: %v; %s (or set HOTCELL_AGENT_BINARY)", err, hint)
+		}
+		return bad("agent_binary", c.AgentBinary, "%v; %s", err, hint)
+	}
+	c.AgentBinary = agent
+	return nil
+}
+
+var logLevels = map[string]slog.Level{
+	"debug": slog.LevelDebug,
+	"info":  slog.LevelInfo,
+	"warn":  slog.LevelWarn,
+	"error": slog.LevelError,
+}
+
+// SlogLevel returns LogLevel as a slog.Level (info if it is unknown).
+func (c Config) SlogLevel() slog.Level {
+	return logLevels[strings.ToLower(c.LogLevel)]
+}
+
+func splitListen(addr string) (host string, port uint64, err error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err = strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return host, port, nil
+}
+
+// resolveAgent finds the agent binary and checks that it is an executable
+// regular file. The result is absolute because it is bind-mounted.
+func resolveAgent(p string) (string, error) {
+	if p == "" {
+		var tried []string
+		if exe, err := os.Executable(); err == nil {
+			cand := filepath.Join(filepath.Dir(exe), AgentBinaryName)
+			if err := checkExecutable(cand); err == nil {
+				return cand, nil
+			}
+			tried = append(tried, cand)
+		}
+		if found, err := exec.LookPath(AgentBinaryName); err == nil {
+			if abs, err := filepath.Abs(found); err == nil {
+				return abs, checkExecutable(abs)
+			}
+		}
+		tried = append(tried, "PATH")
+		return "", fmt.Errorf("%s not found (looked in %s)", AgentBinaryName, strings.Join(tried, " and "))
+	}
+	if !strings.ContainsRune(p, filepath.Separator) {
+		found, err := exec.LookPath(p)
+		if err != nil {
+			return "", fmt.Errorf("not found in PATH")
+		}
+		p = found
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	return abs, checkExecutable(abs)
+}
+
+func checkExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s does not exist", p)
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", p)
+	}
+	if fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not executable", p)
+	}
+	return nil
+}
+
+// TokenPath is the file holding the daemon's API token.
+func (c Config) TokenPath() string { return filepath.Join(c.DataDir, "token") }
+
+// DBPath is the SQLite database file.
+func (c Config) DBPath() string { return filepath.Join(c.DataDir, "hotcell.db") }
+
+// SandboxDir is the daemon-owned directory of one sandbox. id must already
+// be validated: it becomes a path element.
+func (c Config) SandboxDir(id string) string { return filepath.Join(c.DataDir, "sandboxes", id) }
+
+// IsLoopback reports whether Listen only accepts connections from this
+// host: an explicit loopback address or "localhost". An empty host listens
+// on every interface.
+func (c Config) IsLoopback() bool {
+	host, _, err := splitListen(c.Listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// LogValue implements slog.LogValuer. The config holds no secrets today;
+// the Docker host is still logged without URL credentials in case an
+// operator put some there.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("listen", c.Listen),
+		slog.String("data_dir", c.DataDir),
+		slog.String("default_image", c.DefaultImage),
+		slog.String("agent_binary", c.AgentBinary),
+		slog.String("log_level", c.LogLevel),
+		slog.String("log_format", c.LogFormat),
+		slog.String("docker_host", redactURL(c.DockerHost)),
+		slog.Duration("exec_timeout", c.ExecTimeout),
+		slog.Duration("setup_timeout", c.SetupTimeout),
+		slog.Int64("max_exec_output", c.MaxExecOutput),
+		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
+	)
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "REDACTED")
+	}
+	return u.String()
+}

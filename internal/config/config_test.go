@@ -1,0 +1,362 @@
+package config
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/spf13/pflag"
+)
+
+// fakeAgent writes an executable stand-in for hotcell-agent.
+func fakeAgent(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), AgentBinaryName)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "hotcell.toml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func flags(t *testing.T, args ...string) *pflag.FlagSet {
+	t.Helper()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse flags %v: %v", args, err)
+	}
+	return fs
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	got, err := Load(flags(t, "--agent-binary", agent), envMap(nil))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := Config{
+		Listen:          "127.0.0.1:8080",
+		DataDir:         "/var/lib/hotcell",
+		DefaultImage:    "hotcell/base:latest",
+		AgentBinary:     agent,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		ExecTimeout:     60 * time.Second,
+		SetupTimeout:    10 * time.Minute,
+		MaxExecOutput:   1 << 20,
+		ShutdownTimeout: 10 * time.Second,
+	}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+	if src := got.Source("listen"); src != "default" {
+		t.Errorf("Source(listen): got %q, want default", src)
+	}
+	if !got.IsLoopback() {
+		t.Error("default listen address: IsLoopback got false, want true")
+	}
+	if got.TokenPath() != "/var/lib/hotcell/token" || got.DBPath() != "/var/lib/hotcell/hotcell.db" ||
+		got.SandboxDir("abc") != "/var/lib/hotcell/sandboxes/abc" {
+		t.Errorf("paths: got %s, %s, %s", got.TokenPath(), got.DBPath(), got.SandboxDir("abc"))
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	file := writeFile(t, `
+listen = "127.0.0.1:1001"
+data_dir = "/file"
+default_image = "file/image"
+exec_timeout = "1s"
+setup_timeout = "2s"
+max_exec_output = 1000
+log_level = "debug"
+`)
+	env := map[string]string{
+		ConfigEnv:              file,
+		"HOTCELL_LISTEN":       "127.0.0.1:2002",
+		"HOTCELL_DATA_DIR":     "/env",
+		"HOTCELL_EXEC_TIMEOUT": "3s",
+		"HOTCELL_LOG_LEVEL":    "", // empty means unset
+	}
+	got, err := Load(flags(t, "--listen", "127.0.0.1:3003", "--agent-binary", agent), envMap(env))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	tests := []struct {
+		key, got, want, source string
+	}{
+		{"listen", got.Listen, "127.0.0.1:3003", "--listen"},
+		{"data_dir", got.DataDir, "/env", "HOTCELL_DATA_DIR"},
+		{"exec_timeout", got.ExecTimeout.String(), "3s", "HOTCELL_EXEC_TIMEOUT"},
+		{"default_image", got.DefaultImage, "file/image", "file " + file},
+		{"setup_timeout", got.SetupTimeout.String(), "2s", "file " + file},
+		{"max_exec_output", strconv.FormatInt(got.MaxExecOutput, 10), "1000", "file " + file},
+		{"log_level", got.LogLevel, "debug", "file " + file},
+		{"log_format", got.LogFormat, "text", "default"},
+		{"agent_binary", got.AgentBinary, agent, "--agent-binary"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("value: got %q, want %q", tt.got, tt.want)
+			}
+			if src := got.Source(tt.key); src != tt.source {
+				t.Errorf("source: got %q, want %q", src, tt.source)
+			}
+		})
+	}
+}
+
+func TestConfigFlagBeatsEnv(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	fromFlag := writeFile(t, `default_image = "flag/image"`)
+	fromEnv := writeFile(t, `default_image = "env/image"`)
+	got, err := Load(flags(t, "--config", fromFlag, "--agent-binary", agent), envMap(map[string]string{ConfigEnv: fromEnv}))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if got.DefaultImage != "flag/image" {
+		t.Errorf("DefaultImage: got %q, want flag/image", got.DefaultImage)
+	}
+}
+
+func TestFileErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, content string
+		wantIn        []string
+	}{
+		{"unknown key", "listen = \"127.0.0.1:1\"\nlisten_addr = \"x\"\n", []string{`unknown key "listen_addr"`, "known keys: listen,"}},
+		{"unknown table", "[gateway]\nkey = 1\n", []string{`unknown key "gateway"`}},
+		{"duration as int", "exec_timeout = 60\n", []string{"exec_timeout", `duration such as "60s"`}},
+		{"bad duration", "exec_timeout = \"soon\"\n", []string{`exec_timeout "soon"`, "from file "}},
+		{"bytes as string", "max_exec_output = \"1MiB\"\n", []string{"max_exec_output", "integer number of bytes"}},
+		{"syntax", "listen = \n", []string{"parse"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			err := c.ApplyFile(writeFile(t, tt.content))
+			if err == nil {
+				t.Fatal("ApplyFile: got nil error")
+			}
+			for _, s := range tt.wantIn {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q: want it to contain %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestMissingFileNamesItsSource(t *testing.T) {
+	t.Parallel()
+	_, err := Load(nil, envMap(map[string]string{ConfigEnv: "/nonexistent/hotcell.toml"}))
+	if err == nil || !strings.Contains(err.Error(), ConfigEnv) || !strings.Contains(err.Error(), "/nonexistent/hotcell.toml") {
+		t.Errorf("Load with missing file: got %v, want an error naming %s and the path", err, ConfigEnv)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	notExec := filepath.Join(t.TempDir(), "agent")
+	if err := os.WriteFile(notExec, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		env    map[string]string
+		args   []string
+		wantIn []string
+	}{
+		{"listen no port", map[string]string{"HOTCELL_LISTEN": "foo"}, nil,
+			[]string{`config: listen "foo": must be host:port`, "(from HOTCELL_LISTEN)"}},
+		{"listen port range", nil, []string{"--listen", "127.0.0.1:70000"},
+			[]string{`listen "127.0.0.1:70000"`, "0 to 65535", "(from --listen)"}},
+		{"data dir empty", nil, []string{"--data-dir", ""},
+			[]string{`data_dir ""`, "must not be empty", "(from --data-dir)"}},
+		{"default image empty", nil, []string{"--default-image", ""},
+			[]string{`default_image ""`, "(from --default-image)"}},
+		{"log level", map[string]string{"HOTCELL_LOG_LEVEL": "loud"}, nil,
+			[]string{`log_level "loud"`, "debug, info, warn or error", "(from HOTCELL_LOG_LEVEL)"}},
+		{"log format", nil, []string{"--log-format", "xml"},
+			[]string{`log_format "xml"`, "text or json", "(from --log-format)"}},
+		{"exec timeout zero", nil, []string{"--exec-timeout", "0s"},
+			[]string{`exec_timeout "0s"`, "greater than 0", "(from --exec-timeout)"}},
+		{"setup timeout negative", map[string]string{"HOTCELL_SETUP_TIMEOUT": "-1s"}, nil,
+			[]string{`setup_timeout "-1s"`, "(from HOTCELL_SETUP_TIMEOUT)"}},
+		{"shutdown timeout", map[string]string{"HOTCELL_SHUTDOWN_TIMEOUT": "0"}, nil,
+			[]string{`shutdown_timeout "0s"`, "(from HOTCELL_SHUTDOWN_TIMEOUT)"}},
+		{"max exec output", map[string]string{"HOTCELL_MAX_EXEC_OUTPUT": "0"}, nil,
+			[]string{`max_exec_output "0"`, "(from HOTCELL_MAX_EXEC_OUTPUT)"}},
+		{"env duration unparsable", map[string]string{"HOTCELL_EXEC_TIMEOUT": "ten"}, nil,
+			[]string{`exec_timeout "ten"`, "(from HOTCELL_EXEC_TIMEOUT)"}},
+		{"agent missing", nil, []string{"--agent-binary", "/nonexistent/hotcell-agent"},
+			[]string{`agent_binary "/nonexistent/hotcell-agent"`, "does not exist", "make build", "(from --agent-binary)"}},
+		{"agent not executable", map[string]string{"HOTCELL_AGENT_BINARY": notExec}, nil,
+			[]string{"agent_binary", "not executable", "make build", "(from HOTCELL_AGENT_BINARY)"}},
+		{"agent is a dir", nil, []string{"--agent-binary", t.TempDir()},
+			[]string{"agent_binary", "not a regular file"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := tt.args
+			if _, ok := tt.env["HOTCELL_AGENT_BINARY"]; !ok && !containsFlag(args, "--agent-binary") {
+				args = append([]string{"--agent-binary", agent}, args...)
+			}
+			_, err := Load(flags(t, args...), envMap(tt.env))
+			if err == nil {
+				t.Fatal("Load: got nil error")
+			}
+			for _, s := range tt.wantIn {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q: want it to contain %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func containsFlag(args []string, f string) bool {
+	for _, a := range args {
+		if a == f {
+			return true
+		}
+	}
+	return false
+}
+
+func TestValidateResolvesPaths(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	c := Default()
+	c.DataDir = "relative/data"
+	c.AgentBinary = agent
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	wd, _ := os.Getwd()
+	if want := filepath.Join(wd, "relative/data"); c.DataDir != want {
+		t.Errorf("DataDir: got %q, want %q", c.DataDir, want)
+	}
+}
+
+// Not parallel: it changes PATH.
+func TestAgentBinaryFromPath(t *testing.T) {
+	agent := fakeAgent(t)
+	t.Setenv("PATH", filepath.Dir(agent))
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if c.AgentBinary != agent {
+		t.Errorf("AgentBinary: got %q, want %q", c.AgentBinary, agent)
+	}
+
+	t.Setenv("PATH", t.TempDir())
+	c = Default()
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("Validate without an agent anywhere: got nil error")
+	}
+	for _, s := range []string{"agent_binary", "hotcell-agent not found", "PATH", "make build", "--agent-binary"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q: want it to contain %q", err, s)
+		}
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		listen string
+		want   bool
+	}{
+		{"127.0.0.1:8080", true},
+		{"127.1.2.3:8080", true},
+		{"[::1]:8080", true},
+		{"localhost:8080", true},
+		{":8080", false},
+		{"0.0.0.0:8080", false},
+		{"[::]:8080", false},
+		{"192.0.2.1:8080", false},
+		{"example.com:8080", false},
+		{"garbage", false},
+	} {
+		t.Run(tt.listen, func(t *testing.T) {
+			c := Config{Listen: tt.listen}
+			if got := c.IsLoopback(); got != tt.want {
+				t.Errorf("IsLoopback(%q): got %v, want %v", tt.listen, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLogValue(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.DockerHost = "tcp://admin:s3cret@192.0.2.1:2376"
+	var buf bytes.Buffer
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("config", "config", c)
+	out := buf.String()
+	if strings.Contains(out, "s3cret") {
+		t.Errorf("log line leaks the Docker host password: %s", out)
+	}
+	for _, s := range []string{"config.listen=127.0.0.1:8080", "config.exec_timeout=1m0s", "REDACTED"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("log line %q: want it to contain %q", out, s)
+		}
+	}
+}
+
+func TestSlogLevel(t *testing.T) {
+	t.Parallel()
+	for lvl, want := range map[string]slog.Level{"debug": slog.LevelDebug, "INFO": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError} {
+		if got := (Config{LogLevel: lvl}).SlogLevel(); got != want {
+			t.Errorf("SlogLevel(%q): got %v, want %v", lvl, got, want)
+		}
+	}
+}
+
+func TestAddFlagsRegistersEverySetting(t *testing.T) {
+	t.Parallel()
+	fs := flags(t)
+	for _, name := range []string{"config", "listen", "data-dir", "default-image", "agent-binary", "log-level",
+		"log-format", "docker-host", "exec-timeout", "setup-timeout", "max-exec-output", "shutdown-timeout"} {
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("flag --%s not registered", name)
+			continue
+		}
+		if f.Usage == "" {
+			t.Errorf("flag --%s has no help text", name)
+		}
+	}
+}

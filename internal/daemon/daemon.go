@@ -1,0 +1,183 @@
+// Package daemon wires hotcell serve together: config → store → driver →
+// sandbox manager → API server, and runs them until the context ends.
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	dockerclient "github.com/moby/moby/client"
+
+	"github.com/hotcell/hotcell/internal/api"
+	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/driver/docker"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/sandbox"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Version is the daemon's version, set at build time with -ldflags.
+var Version = "dev"
+
+// Ready, when set, is called once the API listens, with its address and
+// whether the token was just created. Tests and the CLI use it.
+type Ready func(addr net.Addr, tokenPath string, tokenCreated bool)
+
+// Run serves the API until ctx ends, then shuts down cleanly. Sandboxes are
+// left running: the next daemon re-adopts them.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	return RunWithReady(ctx, cfg, log, nil)
+}
+
+// RunWithReady is Run with a callback for when the API is listening.
+func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, ready Ready) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
+	}
+	token, created, err := config.EnsureToken(cfg.TokenPath())
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("created API token", "path", cfg.TokenPath())
+	}
+	agentPath, err := installAgent(cfg.AgentBinary, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+
+	st, err := store.Open(ctx, cfg.DBPath())
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+
+	var dopts []dockerclient.Opt
+	if cfg.DockerHost != "" {
+		dopts = append(dopts, dockerclient.WithHost(cfg.DockerHost))
+	}
+	drv, err := docker.New(dopts...)
+	if err != nil {
+		return err
+	}
+	defer drv.Close()
+	info, err := drv.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("reach the Docker Engine (is dockerd running? start it, or run scripts/serve which does): %w", err)
+	}
+	log.Info("docker engine", "version", info.EngineVersion)
+
+	mgr := sandbox.New(drv, st, sandbox.Options{
+		DataDir:      cfg.DataDir,
+		AgentBinary:  agentPath,
+		DefaultImage: cfg.DefaultImage,
+		SetupTimeout: cfg.SetupTimeout,
+		Log:          log,
+	})
+	if err := mgr.Recover(ctx); err != nil {
+		return fmt.Errorf("recover sandboxes: %w", err)
+	}
+	defer mgr.Close()
+
+	srv := api.New(api.Options{
+		Manager:       mgr,
+		Token:         token,
+		ExecTimeout:   cfg.ExecTimeout,
+		MaxExecOutput: cfg.MaxExecOutput,
+		Log:           log,
+		Host: func(ctx context.Context) (wire.HostInfo, error) {
+			di, err := drv.Info(ctx)
+			if err != nil {
+				return wire.HostInfo{}, fmt.Errorf("docker engine: %w", errors.Join(errdefs.ErrUnavailable, err))
+			}
+			n, err := mgr.Count(ctx)
+			if err != nil {
+				return wire.HostInfo{}, err
+			}
+			return wire.HostInfo{
+				Version: Version, Driver: di.Name, EngineVersion: di.EngineVersion,
+				CPUs: di.CPUs, MemoryBytes: di.MemoryBytes, Sandboxes: n, DefaultImage: cfg.DefaultImage,
+			}, nil
+		},
+	})
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("hotcell serving", "addr", ln.Addr().String(), "dataDir", cfg.DataDir, "token", cfg.TokenPath(), "goroutines", runtime.NumGoroutine())
+	if ready != nil {
+		ready(ln.Addr(), cfg.TokenPath(), created)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	return nil
+}
+
+// installAgent copies the agent binary into the data dir, where boxes
+// bind-mount it from. A copy keeps running boxes independent of the build
+// tree; replacing it by rename leaves the file a running box holds intact.
+func installAgent(src, dataDir string) (string, error) {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("read agent binary %s (build it with `make build` or pass --agent-binary): %w", src, err)
+	}
+	dir := filepath.Join(dataDir, "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	dst := filepath.Join(dir, "hotcell-agent")
+	if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, data) {
+		return dst, nil
+	}
+	tmp, err := os.CreateTemp(dir, ".hotcell-agent-*")
+	if err != nil {
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, bytes.NewReader(data)); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	return dst, nil
+}

@@ -1,0 +1,465 @@
+// Package sandbox owns the lifecycle of sandboxes: the state machine, the
+// store records, the agent connections and the reconciliation of what the
+// store says with what the driver reports.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Store is what the manager needs from persistence.
+type Store interface {
+	Put(ctx context.Context, sb wire.Sandbox) error
+	Get(ctx context.Context, id string) (wire.Sandbox, error)
+	List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error)
+	Delete(ctx context.Context, id string) error
+	Count(ctx context.Context) (int, error)
+}
+
+// Options configure a Manager.
+type Options struct {
+	// DataDir holds sandboxes/<id>/run, the run dirs bind-mounted into boxes.
+	DataDir string
+	// AgentBinary is the host path of the static agent bind-mounted into boxes.
+	AgentBinary  string
+	DefaultImage string
+	// SetupTimeout bounds each setup command when the request gives none.
+	SetupTimeout time.Duration
+	// ReadyTimeout bounds how long a started box may take to connect its agent.
+	ReadyTimeout time.Duration
+	// StopTimeout is how long a stopping agent gets before it is killed.
+	StopTimeout time.Duration
+	Log         *slog.Logger
+}
+
+// Manager drives sandboxes through their lifecycle.
+type Manager struct {
+	opts  Options
+	drv   driver.Driver
+	store Store
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	conns map[string]*agentconn.Conn
+	locks map[string]*sync.Mutex
+}
+
+// New returns a Manager. Call Recover before serving requests.
+func New(drv driver.Driver, st Store, opts Options) *Manager {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 60 * time.Second
+	}
+	if opts.SetupTimeout == 0 {
+		opts.SetupTimeout = 10 * time.Minute
+	}
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = 10 * time.Second
+	}
+	return &Manager{
+		opts:  opts,
+		drv:   drv,
+		store: st,
+		log:   opts.Log.With("component", "sandbox"),
+		conns: map[string]*agentconn.Conn{},
+		locks: map[string]*sync.Mutex{},
+	}
+}
+
+// lock serialises lifecycle operations on one sandbox.
+func (m *Manager) lock(id string) func() {
+	m.mu.Lock()
+	l, ok := m.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		m.locks[id] = l
+	}
+	m.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+func (m *Manager) runDir(id string) string {
+	return filepath.Join(m.opts.DataDir, "sandboxes", id, "run")
+}
+
+// listen opens (or returns) the agent socket of sandbox id.
+func (m *Manager) listen(id string) (*agentconn.Conn, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.conns[id]; ok {
+		return c, nil
+	}
+	dir := m.runDir(id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create run dir: %w", err)
+	}
+	c, err := agentconn.Listen(id, filepath.Join(dir, driver.AgentSocket), m.log)
+	if err != nil {
+		return nil, err
+	}
+	m.conns[id] = c
+	return c, nil
+}
+
+func (m *Manager) closeConn(id string) {
+	m.mu.Lock()
+	c, ok := m.conns[id]
+	delete(m.conns, id)
+	m.mu.Unlock()
+	if ok {
+		c.Close()
+	}
+}
+
+// Create makes a sandbox from a validated request and returns it once it is
+// ready to exec. On failure nothing is left behind: no box, no volume, no
+// run dir, no record.
+func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, progress driver.Progress) (wire.Sandbox, error) {
+	image := req.Image
+	if image == "" {
+		image = m.opts.DefaultImage
+	}
+	persist := req.Persist == nil || *req.Persist
+	if progress == nil {
+		progress = func(string) {}
+	}
+	// The image comes first so that a missing one leaves nothing behind.
+	if err := m.drv.EnsureImage(ctx, image, progress); err != nil {
+		return wire.Sandbox{}, err
+	}
+
+	now := time.Now().UTC()
+	sb := wire.Sandbox{
+		ID:        newID(),
+		State:     wire.StateCreating,
+		Image:     image,
+		Env:       req.Env,
+		Labels:    req.Labels,
+		Limits:    req.Limits,
+		Persist:   persist,
+		CreatedAt: now,
+		UpdatedAt: now,
+	}
+	unlock := m.lock(sb.ID)
+	defer unlock()
+	log := m.log.With("sandbox", sb.ID)
+
+	// A create outlives a client that hangs up half-way: it either finishes
+	// or cleans up after itself, never leaves half a sandbox.
+	ctx = context.WithoutCancel(ctx)
+	if err := m.store.Put(ctx, sb); err != nil {
+		return wire.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
+	}
+	fail := func(err error) (wire.Sandbox, error) {
+		log.Warn("create failed, cleaning up", "err", err)
+		if cerr := m.teardown(ctx, sb.ID); cerr != nil {
+			log.Error("clean up after failed create", "err", cerr)
+		}
+		return wire.Sandbox{}, err
+	}
+
+	conn, err := m.listen(sb.ID)
+	if err != nil {
+		return fail(err)
+	}
+	spec := driver.Spec{
+		ID:            sb.ID,
+		Image:         image,
+		Env:           req.Env,
+		Labels:        req.Labels,
+		Limits:        req.Limits,
+		Persist:       persist,
+		HostRunDir:    m.runDir(sb.ID),
+		HostAgentPath: m.opts.AgentBinary,
+	}
+	if err := m.drv.Create(ctx, spec); err != nil {
+		return fail(fmt.Errorf("create box: %w", err))
+	}
+	if err := m.drv.Start(ctx, sb.ID); err != nil {
+		return fail(fmt.Errorf("start box: %w", err))
+	}
+	if err := m.waitAgent(ctx, sb.ID, conn); err != nil {
+		return fail(err)
+	}
+	if req.Repo != nil {
+		progress("cloning " + redactURL(req.Repo.URL))
+		res, err := m.cloneInto(ctx, conn, *req.Repo)
+		if err != nil {
+			return fail(err)
+		}
+		sb.Repo = &res
+	}
+	timeout := m.opts.SetupTimeout
+	if req.SetupTimeoutMs > 0 {
+		timeout = time.Duration(req.SetupTimeoutMs) * time.Millisecond
+	}
+	for _, cmd := range req.Setup {
+		progress("setup: " + cmd)
+		res, err := runSetup(ctx, conn, cmd, timeout)
+		if err != nil {
+			return fail(fmt.Errorf("run setup command %q: %w", cmd, err))
+		}
+		sb.Setup = append(sb.Setup, res)
+		// A failing setup command does not fail the create, but the
+		// commands after it assume it worked, so they are not run.
+		if res.ExitCode != 0 {
+			log.Info("setup command failed; later ones skipped", "command", cmd, "exitCode", res.ExitCode)
+			break
+		}
+	}
+	sb.State = wire.StateRunning
+	sb.UpdatedAt = time.Now().UTC()
+	if err := m.store.Put(ctx, sb); err != nil {
+		return fail(fmt.Errorf("record sandbox: %w", err))
+	}
+	log.Info("sandbox created", "image", image)
+	return sb, nil
+}
+
+// waitAgent waits for the agent of a just-started box, and notices a box
+// that died instead of connecting.
+func (m *Manager) waitAgent(ctx context.Context, id string, conn *agentconn.Conn) error {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
+	defer cancel()
+	for {
+		wctx, wcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		err := conn.WaitReady(wctx)
+		wcancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("the agent of sandbox %s did not connect within %s: %w", id, m.opts.ReadyTimeout, errdefs.ErrUnavailable)
+		}
+		st, ierr := m.drv.Inspect(ctx, id)
+		if ierr == nil && st.State != driver.BoxRunning && st.State != driver.BoxPaused {
+			return fmt.Errorf("box of sandbox %s exited with code %d before its agent connected (does the image run on this host's architecture?): %w", id, st.ExitCode, errdefs.ErrUnavailable)
+		}
+	}
+}
+
+// teardown removes everything a sandbox owns. It is idempotent.
+func (m *Manager) teardown(ctx context.Context, id string) error {
+	m.closeConn(id)
+	var errs []error
+	if err := m.drv.Destroy(ctx, id); err != nil {
+		errs = append(errs, fmt.Errorf("destroy box: %w", err))
+	}
+	if err := os.RemoveAll(filepath.Join(m.opts.DataDir, "sandboxes", id)); err != nil {
+		errs = append(errs, fmt.Errorf("remove run dir: %w", err))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := m.store.Delete(ctx, id); err != nil {
+		return fmt.Errorf("delete record: %w", err)
+	}
+	return nil
+}
+
+// Get returns one sandbox.
+func (m *Manager) Get(ctx context.Context, id string) (wire.Sandbox, error) {
+	return m.store.Get(ctx, id)
+}
+
+// List returns the sandboxes that match f.
+func (m *Manager) List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error) {
+	return m.store.List(ctx, f)
+}
+
+// Count returns how many sandboxes exist.
+func (m *Manager) Count(ctx context.Context) (int, error) { return m.store.Count(ctx) }
+
+// Destroy removes a sandbox and all it owns. Destroying one that does not
+// exist succeeds.
+func (m *Manager) Destroy(ctx context.Context, id string) error {
+	unlock := m.lock(id)
+	defer unlock()
+	// A destroy that started finishes even if its caller hangs up.
+	ctx = context.WithoutCancel(ctx)
+	if _, err := m.store.Get(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
+		// No record: still remove anything of ours by that id.
+		return m.teardown(ctx, id)
+	} else if err != nil {
+		return err
+	}
+	if err := m.teardown(ctx, id); err != nil {
+		m.setError(ctx, id, "destroy failed: "+err.Error())
+		return err
+	}
+	m.log.Info("sandbox destroyed", "sandbox", id)
+	return nil
+}
+
+// Start brings a stopped sandbox back with the same root filesystem and
+// workspace.
+func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	switch sb.State {
+	case wire.StateRunning:
+		return sb, nil
+	case wire.StateStopped, wire.StateError:
+	default:
+		return sb, fmt.Errorf("sandbox %s is %s; only a stopped sandbox can be started: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	ctx = context.WithoutCancel(ctx)
+	conn, err := m.listen(id)
+	if err != nil {
+		return sb, err
+	}
+	if err := m.drv.Start(ctx, id); err != nil {
+		return sb, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	if err := m.waitAgent(ctx, id, conn); err != nil {
+		m.setError(ctx, id, err.Error())
+		return sb, err
+	}
+	return m.setState(ctx, sb, wire.StateRunning, "")
+}
+
+// Stop stops a running sandbox, keeping its root filesystem and workspace.
+func (m *Manager) Stop(ctx context.Context, id string) (wire.Sandbox, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	switch sb.State {
+	case wire.StateStopped:
+		return sb, nil
+	case wire.StateRunning, wire.StatePaused, wire.StateError:
+	default:
+		return sb, fmt.Errorf("sandbox %s is %s and cannot be stopped: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	ctx = context.WithoutCancel(ctx)
+	if p, ok := m.drv.(driver.Pauser); ok && sb.State == wire.StatePaused {
+		if err := p.Unpause(ctx, id); err != nil {
+			return sb, fmt.Errorf("unpause sandbox %s before stop: %w", id, err)
+		}
+	}
+	if err := m.drv.Stop(ctx, id, m.opts.StopTimeout); err != nil {
+		return sb, fmt.Errorf("stop sandbox %s: %w", id, err)
+	}
+	return m.setState(ctx, sb, wire.StateStopped, "")
+}
+
+func (m *Manager) setState(ctx context.Context, sb wire.Sandbox, st wire.State, reason string) (wire.Sandbox, error) {
+	sb.State = st
+	sb.Error = reason
+	sb.UpdatedAt = time.Now().UTC()
+	if err := m.store.Put(ctx, sb); err != nil {
+		return sb, fmt.Errorf("record sandbox %s: %w", sb.ID, err)
+	}
+	return sb, nil
+}
+
+func (m *Manager) setError(ctx context.Context, id, reason string) {
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	if _, err := m.setState(ctx, sb, wire.StateError, reason); err != nil {
+		m.log.Error("record error state", "sandbox", id, "err", err)
+	}
+}
+
+// Agent returns the agent connection of a running sandbox.
+func (m *Manager) Agent(ctx context.Context, id string) (*agentconn.Conn, error) {
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != wire.StateRunning {
+		return nil, fmt.Errorf("sandbox %s is %s; start it first: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	m.mu.Lock()
+	c, ok := m.conns[id]
+	m.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s has no agent connection: %w", id, errdefs.ErrUnavailable)
+	}
+	return c, nil
+}
+
+// Recover brings the manager in line with the store and the driver after a
+// daemon start: sandboxes keep running and their agents redial; a create
+// that was cut short is rolled back; a record whose box vanished becomes
+// an error.
+func (m *Manager) Recover(ctx context.Context) error {
+	recs, err := m.store.List(ctx, store.Filter{})
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	for _, sb := range recs {
+		log := m.log.With("sandbox", sb.ID)
+		if sb.State == wire.StateCreating {
+			log.Warn("rolling back a create the daemon did not finish")
+			if err := m.teardown(ctx, sb.ID); err != nil {
+				log.Error("roll back unfinished create", "err", err)
+			}
+			continue
+		}
+		st, err := m.drv.Inspect(ctx, sb.ID)
+		if err != nil {
+			return fmt.Errorf("inspect sandbox %s: %w", sb.ID, err)
+		}
+		if st.State == driver.BoxMissing {
+			if sb.State != wire.StateError {
+				log.Warn("box of sandbox vanished")
+				_, _ = m.setState(ctx, sb, wire.StateError, "its container vanished while the daemon was away")
+			}
+			continue
+		}
+		if _, err := m.listen(sb.ID); err != nil {
+			return fmt.Errorf("listen for the agent of %s: %w", sb.ID, err)
+		}
+		want := map[driver.BoxState]wire.State{
+			driver.BoxRunning: wire.StateRunning,
+			driver.BoxPaused:  wire.StatePaused,
+			driver.BoxStopped: wire.StateStopped,
+		}[st.State]
+		if want != sb.State {
+			log.Info("sandbox state changed while the daemon was away", "recorded", sb.State, "actual", want)
+			reason := ""
+			if st.OOMKilled {
+				reason = "killed: out of memory"
+			}
+			_, _ = m.setState(ctx, sb, want, reason)
+		}
+	}
+	return nil
+}
+
+// Close ends every agent session without touching the boxes: they keep
+// running and their agents redial the next daemon.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	conns := m.conns
+	m.conns = map[string]*agentconn.Conn{}
+	m.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}

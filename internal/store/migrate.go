@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// migrations are applied in order; migrations[i] brings the schema to
+// version i+1. Append only: never edit or reorder a released migration.
+var migrations = []string{
+	// 1: sandboxes and their labels. Times are Unix nanoseconds so that
+	// ORDER BY created_at is chronological. Labels live in their own table,
+	// indexed by (key, value), so label filters are exact and indexed rather
+	// than a scan over JSON documents.
+	`CREATE TABLE sandboxes (
+		id         TEXT PRIMARY KEY,
+		state      TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		doc        TEXT NOT NULL
+	);
+	CREATE INDEX sandboxes_state ON sandboxes (state);
+	CREATE INDEX sandboxes_created_at ON sandboxes (created_at);
+	CREATE TABLE sandbox_labels (
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+		key        TEXT NOT NULL,
+		value      TEXT NOT NULL,
+		PRIMARY KEY (sandbox_id, key)
+	) WITHOUT ROWID;
+	CREATE INDEX sandbox_labels_key_value ON sandbox_labels (key, value, sandbox_id);`,
+}
+
+// SchemaVersion is the schema version this binary writes.
+func SchemaVersion() int { return len(migrations) }
+
+// migrate applies pending migrations, one transaction each. Each
+// transaction re-reads the version under the write lock, so two processes
+// opening the same new database cannot both apply a migration.
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		applied_at TEXT NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	for {
+		done := false
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			v, err := schemaVersion(ctx, tx)
+			if err != nil {
+				return err
+			}
+			switch {
+			case v > len(migrations):
+				return fmt.Errorf("schema version %d was written by a newer hotcell (this binary knows up to %d; upgrade hotcell): %w",
+					v, len(migrations), ErrSchemaTooNew)
+			case v == len(migrations):
+				done = true
+				return nil
+			}
+			next := v + 1
+			if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+				return fmt.Errorf("apply migration %d: %w", next, err)
+			}
+			if _, err := tx.ExecContext(ctx,
+				`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
+				next, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+				return fmt.Errorf("record migration %d: %w", next, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+func schemaVersion(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (int, error) {
+	var v int
+	if err := q.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
