@@ -13,6 +13,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 )
@@ -106,21 +107,30 @@ func buildFromSlim(ctx context.Context, c *client.Client, ref string, progress f
 	if _, err := c.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("build image %s: start build container: %w", ref, err)
 	}
-	if logs, err := c.ContainerLogs(ctx, cr.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: true}); err == nil {
+	// The log goroutines call progress, so they must be done before
+	// BuildBase returns: canceling logCtx ends the log stream.
+	logCtx, cancelLogs := context.WithCancel(ctx)
+	logsDone := make(chan struct{})
+	defer func() {
+		cancelLogs()
+		<-logsDone
+	}()
+	if logs, err := c.ContainerLogs(logCtx, cr.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: true}); err != nil {
+		close(logsDone)
+	} else {
+		pr, pw := io.Pipe()
 		go func() {
-			defer logs.Close()
-			// The log stream is multiplexed (8-byte frame headers); the
-			// lines are for a human and the headers are harmless noise at
-			// line starts, so strip control bytes instead of demuxing.
-			sc := bufio.NewScanner(logs)
+			_, err := stdcopy.StdCopy(pw, pw, logs)
+			logs.Close()
+			pw.CloseWithError(err)
+		}()
+		go func() {
+			sc := bufio.NewScanner(pr)
 			for sc.Scan() {
-				progress(strings.Map(func(r rune) rune {
-					if r < 0x20 && r != '\t' {
-						return -1
-					}
-					return r
-				}, sc.Text()))
+				progress(sc.Text())
 			}
+			pr.CloseWithError(io.EOF) // unblock StdCopy if a line was too long
+			close(logsDone)
 		}()
 	}
 	select {

@@ -122,7 +122,7 @@ func BuildNoShell(ctx context.Context, c *client.Client, ref string) error {
 		if err := r.hostFile("bin/echo", 0o755, bb); err != nil {
 			return err
 		}
-		if err := r.hardlink("bin/cat", "bin/echo"); err != nil {
+		if err := r.hardlink("bin/cat", "bin/echo", 0o755); err != nil {
 			return err
 		}
 		if err := r.file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/nonexistent\n")); err != nil {

@@ -55,8 +55,10 @@ func (r *rootfs) symlink(name, target string) error {
 	return r.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777, ModTime: epoch})
 }
 
-func (r *rootfs) hardlink(name, target string) error {
-	return r.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target, ModTime: epoch})
+// hardlink links name to target. mode must be target's: the engine applies
+// a link's mode to the file it shares.
+func (r *rootfs) hardlink(name, target string, mode int64) error {
+	return r.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target, Mode: mode, ModTime: epoch})
 }
 
 // checkStatic fails unless the program at p is a statically linked ELF:

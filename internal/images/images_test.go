@@ -1,0 +1,174 @@
+package images_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/hotcell/hotcell/internal/images"
+	"github.com/hotcell/hotcell/internal/testenv"
+)
+
+// tempRef returns a ref of a throwaway image removed when the test ends,
+// so that building here never disturbs the shared test images.
+func tempRef(t *testing.T, c *client.Client, repo string) string {
+	t.Helper()
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	ref := repo + ":t" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = c.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+	})
+	return ref
+}
+
+// run runs argv in a new container of ref and returns its output and exit code.
+func run(t *testing.T, c *client.Client, ref string, argv ...string) (string, int) {
+	t.Helper()
+	ctx := t.Context()
+	cr, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Image:  ref,
+		Config: &container.Config{Cmd: argv, Labels: map[string]string{"hotcell.test": "images"}},
+	})
+	if err != nil {
+		t.Fatalf("create container of %s: %v", ref, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = c.ContainerRemove(ctx, cr.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	wait := c.ContainerWait(ctx, cr.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := c.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatalf("start %v in %s: %v", argv, ref, err)
+	}
+	var code int
+	select {
+	case res := <-wait.Result:
+		code = int(res.StatusCode)
+	case err := <-wait.Error:
+		t.Fatalf("wait: %v", err)
+	}
+	logs, err := c.ContainerLogs(ctx, cr.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, logs); err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code
+}
+
+func TestBuildBusybox(t *testing.T) {
+	t.Parallel()
+	c := testenv.RequireDocker(t)
+	ref := tempRef(t, c, "hotcell/test-busybox")
+	start := time.Now()
+	if err := images.BuildBusybox(t.Context(), c, ref); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Logf("built %s in %v", ref, time.Since(start))
+	out, code := run(t, c, ref, "sh", "-c", "pwd; ls -ld /tmp | cut -c1-10; id -un; test -x /bin/busybox && echo ok")
+	if want := "/workspace\ndrwxrwxrwt\nroot\nok\n"; code != 0 || out != want {
+		t.Fatalf("run: got %q exit %d, want %q exit 0", out, code, want)
+	}
+	in, err := c.ImageInspect(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Config == nil || in.Config.Labels[images.LabelImage] != "true" {
+		t.Errorf("label %s: got %v", images.LabelImage, in.Config)
+	}
+}
+
+func TestBuildNoShell(t *testing.T) {
+	t.Parallel()
+	c := testenv.RequireDocker(t)
+	ref := tempRef(t, c, "hotcell/test-noshell")
+	if err := images.BuildNoShell(t.Context(), c, ref); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	if out, code := run(t, c, ref, "/bin/echo", "no", "shell"); code != 0 || out != "no shell\n" {
+		t.Fatalf("echo: got %q exit %d", out, code)
+	}
+	if out, code := run(t, c, ref, "/bin/cat", "/etc/passwd"); code != 0 || !strings.HasPrefix(out, "root:") {
+		t.Fatalf("cat: got %q exit %d", out, code)
+	}
+	// No shell: a shell-form command cannot start.
+	ctx := t.Context()
+	cr, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{Image: ref, Config: &container.Config{Cmd: []string{"/bin/sh", "-c", "true"}}})
+	if err == nil {
+		t.Cleanup(func() {
+			_, _ = c.ContainerRemove(context.Background(), cr.ID, client.ContainerRemoveOptions{Force: true})
+		})
+		if _, err = c.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err == nil {
+			t.Fatal("/bin/sh started in the no-shell image")
+		}
+	}
+}
+
+func TestMirrorParsing(t *testing.T) {
+	t.Parallel()
+	deb822 := `Types: deb
+# http://snapshot.debian.org/archive/debian/20250520T000000Z
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+`
+	if got := images.MirrorFromDeb822(deb822, "bookworm"); got != "http://deb.debian.org/debian" {
+		t.Errorf("deb822: got %q", got)
+	}
+	security := "Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n"
+	if got := images.MirrorFromDeb822(security, "bookworm"); got != "" {
+		t.Errorf("deb822 security only: got %q, want none", got)
+	}
+	list := `deb https://packages.cloud.google.com/apt cloud-sdk-bookworm main
+deb [arch=amd64 signed-by=/x.gpg] http://mirror.example/debian/ bookworm main contrib
+deb http://deb.debian.org/debian bookworm main
+`
+	if got := images.MirrorFromList(list, "bookworm"); got != "http://mirror.example/debian" {
+		t.Errorf("list: got %q", got)
+	}
+}
+
+// TestBuildBase builds hotcell/base with whatever path works on this host
+// (debootstrap when no registry answers). It takes minutes and fetches
+// packages from the Debian mirror, so it only runs when asked for.
+func TestBuildBase(t *testing.T) {
+	if os.Getenv("HOTCELL_TEST_BUILD_BASE") == "" {
+		t.Skip("set HOTCELL_TEST_BUILD_BASE=1 to build hotcell/base (minutes, needs the Debian mirror)")
+	}
+	c := testenv.RequireDocker(t)
+	ref := os.Getenv("HOTCELL_TEST_BASE_REF")
+	if ref == "" {
+		ref = tempRef(t, c, "hotcell/test-base")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
+	defer cancel()
+	if err := images.BuildBase(ctx, c, ref, func(s string) { t.Log(s) }); err != nil {
+		t.Fatalf("build base: %v", err)
+	}
+	out, code := run(t, c, ref, "bash", "-c", "pwd; git --version | cut -d' ' -f1; python3 -c 'print(1+1)'; curl --version | head -c4; echo; ps -p 1 -o comm=; test -d /var/lib/apt/lists && ls /var/lib/apt/lists | grep -vc lock")
+	t.Logf("run in base: %q exit %d", out, code)
+	if !strings.HasPrefix(out, "/workspace\ngit\n2\ncurl\n") {
+		t.Errorf("base image tools: got %q", out)
+	}
+}
