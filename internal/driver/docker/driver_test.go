@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -404,10 +403,6 @@ func TestEnsureImageMissing(t *testing.T) {
 	if el := time.Since(start); el > 10*time.Second {
 		t.Errorf("took %v, want fast", el)
 	}
-	err = d.EnsureImage(t.Context(), "hotcell/base:nonexistent-"+randomID(t)[5:], nil)
-	if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "hotcell image build") {
-		t.Errorf("hotcell/base: got %v, want ErrNotFound mentioning `hotcell image build`", err)
-	}
 }
 
 func TestInfo(t *testing.T) {
@@ -434,8 +429,5 @@ func TestUnavailable(t *testing.T) {
 	_, err = d.Info(ctx)
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "start") {
 		t.Fatalf("got %v, want ErrUnavailable telling how to start Docker", err)
-	}
-	if _, err := os.Stat("/nonexistent"); err == nil {
-		t.Fatal("unexpected")
 	}
 }
