@@ -66,10 +66,11 @@ func run(ctx context.Context, args []string) error {
 
 	sig := agent.WaitForTermination(ctx, reaper, pid1)
 	logger.Info("stopping", "signal", fmt.Sprint(sig))
-	cancel()
-	err := <-served
+	// Children first, while still serving: cancelling the requests would
+	// SIGKILL their execs without the SIGTERM grace.
 	reaper.Shutdown(context.Background(), stopGrace)
-	return err
+	cancel()
+	return <-served
 }
 
 func envOr(key, def string) string {

@@ -93,6 +93,10 @@ func NewHandler(opts Options) http.Handler {
 	mux.Handle("POST /v1/fs/move", h.adapt(h.move))
 	mux.Handle("PUT /v1/archive", h.adapt(h.extractArchive))
 	mux.Handle("GET /v1/archive", h.adapt(h.createArchive))
+	h.processRoutes(mux)
+	h.ptyRoutes(mux)
+	h.watchRoutes(mux)
+	h.portRoutes(mux)
 	mux.Handle("/", h.adapt(func(w http.ResponseWriter, r *http.Request) error {
 		return classErr(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path)
 	}))

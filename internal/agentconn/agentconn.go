@@ -310,3 +310,8 @@ func (c *Conn) Close() error {
 	c.transport.CloseIdleConnections()
 	return err
 }
+
+// Transport returns the round tripper that carries requests to the agent,
+// for reverse proxies (WebSocket upgrades included). Requests must use host
+// "agent".
+func (c *Conn) Transport() http.RoundTripper { return c.transport }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -45,59 +46,71 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 }
 
-// openAPIRegisteredRoutes parses server.go and returns the "METHOD /path" patterns
-// that routes() registers, without the catch-all "/".
+// openAPIRegisteredRoutes parses the package's files and returns the
+// "METHOD /path" patterns that routes() and the per-feature xxxRoutes()
+// methods register, without the catch-all "/".
 func openAPIRegisteredRoutes(t *testing.T) []string {
 	t.Helper()
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "server.go", nil, 0)
+	files, err := filepath.Glob("*.go")
 	if err != nil {
-		t.Fatalf("parse server.go: %v", err)
+		t.Fatal(err)
 	}
-	var fn *ast.FuncDecl
-	for _, d := range f.Decls {
-		if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == "routes" && fd.Recv != nil {
-			fn = fd
+	var fns []*ast.FuncDecl
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatalf("parse %s: %v", name, err)
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil && (fd.Name.Name == "routes" || strings.HasSuffix(fd.Name.Name, "Routes")) {
+				fns = append(fns, fd)
+			}
 		}
 	}
-	if fn == nil {
-		t.Fatal("server.go has no routes method")
+	if len(fns) == 0 {
+		t.Fatal("the package has no routes method")
 	}
 	var routes []string
-	ast.Inspect(fn.Body, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok || len(call.Args) == 0 {
+	for _, fn := range fns {
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) == 0 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			switch sel.Sel.Name {
+			case "handle", "Handle", "HandleFunc":
+			default:
+				return true
+			}
+			lit, ok := call.Args[0].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				t.Errorf("%s: route pattern is not a string literal; this test cannot read it", fset.Position(call.Pos()))
+				return true
+			}
+			pattern, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				t.Fatalf("%s: %v", fset.Position(lit.Pos()), err)
+			}
+			if pattern == "/" {
+				return true // the JSON 404 catch-all
+			}
+			method, path, ok := strings.Cut(pattern, " ")
+			if !ok {
+				t.Errorf("%s: pattern %q has no method; document it or give it one", fset.Position(lit.Pos()), pattern)
+				return true
+			}
+			routes = append(routes, method+" "+path)
 			return true
-		}
-		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok {
-			return true
-		}
-		switch sel.Sel.Name {
-		case "handle", "Handle", "HandleFunc":
-		default:
-			return true
-		}
-		lit, ok := call.Args[0].(*ast.BasicLit)
-		if !ok || lit.Kind != token.STRING {
-			t.Errorf("%s: route pattern is not a string literal; this test cannot read it", fset.Position(call.Pos()))
-			return true
-		}
-		pattern, err := strconv.Unquote(lit.Value)
-		if err != nil {
-			t.Fatalf("%s: %v", fset.Position(lit.Pos()), err)
-		}
-		if pattern == "/" {
-			return true // the JSON 404 catch-all
-		}
-		method, path, ok := strings.Cut(pattern, " ")
-		if !ok {
-			t.Errorf("%s: pattern %q has no method; document it or give it one", fset.Position(lit.Pos()), pattern)
-			return true
-		}
-		routes = append(routes, method+" "+path)
-		return true
-	})
+		})
+	}
 	if len(routes) == 0 {
 		t.Fatal("found no routes in server.go")
 	}

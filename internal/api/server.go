@@ -103,6 +103,12 @@ func (s *Server) routes() {
 	s.handle("GET /v1/sandboxes/{id}/archive", s.getArchive)
 	s.handle("PUT /v1/sandboxes/{id}/archive", s.putArchive)
 
+	s.processRoutes()
+	s.terminalRoutes()
+	s.watchRoutes()
+	s.portRoutes()
+	s.statsRoutes()
+
 	// Anything else under the API gets a JSON 404 rather than the mux's text.
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("no route %s %s (see /v1/openapi.json): %w", r.Method, r.URL.Path, errdefs.ErrNotFound)

@@ -1,0 +1,6 @@
+package agent
+
+import "net/http"
+
+// portRoutes registers the routes of this service (not built yet).
+func (h *handler) portRoutes(mux *http.ServeMux) {}

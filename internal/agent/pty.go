@@ -1,0 +1,6 @@
+package agent
+
+import "net/http"
+
+// ptyRoutes registers the routes of this service (not built yet).
+func (h *handler) ptyRoutes(mux *http.ServeMux) {}

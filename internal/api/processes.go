@@ -1,0 +1,4 @@
+package api
+
+// processRoutes registers the routes of this feature (not built yet).
+func (s *Server) processRoutes() {}

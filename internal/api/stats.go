@@ -1,0 +1,4 @@
+package api
+
+// statsRoutes registers the routes of this feature (not built yet).
+func (s *Server) statsRoutes() {}

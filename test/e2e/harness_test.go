@@ -1,0 +1,101 @@
+// Package e2e drives hotcell end to end: a real `hotcell serve` process, a
+// real Docker Engine, real agents in real containers, through the public API
+// with the Go SDK.
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/testdaemon"
+	"github.com/hotcell/hotcell/internal/testenv"
+)
+
+var shared struct {
+	once sync.Once
+	d    *testdaemon.Daemon
+}
+
+// sharedDaemon returns the daemon most tests share; TestMain stops it.
+func sharedDaemon(t *testing.T) *testdaemon.Daemon {
+	t.Helper()
+	testenv.RequireDocker(t)
+	shared.once.Do(func() { shared.d = testdaemon.Start(t) })
+	if shared.d == nil || shared.d.C == nil {
+		t.Fatal("the shared daemon failed to start in an earlier test")
+	}
+	return shared.d
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.d != nil {
+		shared.d.Close()
+	}
+	os.Exit(code)
+}
+
+// newSandbox creates a sandbox and destroys it when the test ends.
+func newSandbox(t *testing.T, d *testdaemon.Daemon, req client.CreateSandboxRequest) client.Sandbox {
+	t.Helper()
+	if req.Labels == nil {
+		req.Labels = map[string]string{}
+	}
+	req.Labels["test"] = sanitizeLabel(t.Name())
+	sb, err := d.C.CreateSandbox(t.Context(), req)
+	if err != nil {
+		t.Fatalf("create sandbox: %v\n%s", err, d.Logs())
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := d.C.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Errorf("destroy %s: %v", sb.ID, err)
+		}
+	})
+	return sb
+}
+
+func sanitizeLabel(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return '-'
+	}, s)
+	if len(s) > 60 {
+		s = s[:60]
+	}
+	return strings.Trim(s, "-.")
+}
+
+// run execs a shell command and fails the test on a transport error.
+func run(t *testing.T, d *testdaemon.Daemon, id, command string) client.ExecResult {
+	t.Helper()
+	res, err := d.C.Exec(t.Context(), id, client.ExecRequest{Command: command})
+	if err != nil {
+		t.Fatalf("exec %q: %v", command, err)
+	}
+	return res
+}
+
+func mustOK(t *testing.T, res client.ExecResult, what string) string {
+	t.Helper()
+	if res.ExitCode != 0 {
+		t.Fatalf("%s: exit %d, stdout %q, stderr %q", what, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return res.Stdout
+}
+
+func readAll(resp *http.Response) string {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return string(b)
+}
