@@ -135,6 +135,15 @@ func (d *Daemon) Stop(sig syscall.Signal) {
 	d.cmd = nil
 }
 
+// PID returns the pid of the running daemon process, or 0 when it is
+// stopped. Benchmarks read its memory from /proc/<pid>/status.
+func (d *Daemon) PID() int {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return 0
+	}
+	return d.cmd.Process.Pid
+}
+
 func (d *Daemon) Logs() string {
 	b, _ := os.ReadFile(d.logPath)
 	if len(b) > 20000 {
