@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -373,5 +374,35 @@ func TestOpenAPIWireSchemas(t *testing.T) {
 	sort.Strings(want)
 	if !slices.Equal(codes, want) {
 		t.Errorf("error code enum %v, want %v", codes, want)
+	}
+}
+
+func TestOpenAPIMergeRefusesDuplicates(t *testing.T) {
+	t.Parallel()
+	base := `{"openapi":"3.1.0","paths":{"/a":{}},"components":{"schemas":{"A":{}}},"tags":[{"name":"a"}]}`
+	good := fstest.MapFS{
+		"openapi/base.json": {Data: []byte(base)},
+		"openapi/b.json":    {Data: []byte(`{"paths":{"/b":{}},"components":{"schemas":{"B":{}}},"tags":[{"name":"b"}]}`)},
+	}
+	doc, err := mergeOpenAPI(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Paths      map[string]any
+		Components struct{ Schemas map[string]any }
+		Tags       []any
+	}
+	if err := json.Unmarshal(doc, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Paths) != 2 || len(m.Components.Schemas) != 2 || len(m.Tags) != 2 {
+		t.Fatalf("merged: got %s", doc)
+	}
+	for _, frag := range []string{`{"paths":{"/a":{}}}`, `{"components":{"schemas":{"A":{}}}}`, `{"openapi":"3.0.0"}`} {
+		bad := fstest.MapFS{"openapi/base.json": {Data: []byte(base)}, "openapi/x.json": {Data: []byte(frag)}}
+		if _, err := mergeOpenAPI(bad); err == nil {
+			t.Errorf("fragment %s redefining the base was accepted", frag)
+		}
 	}
 }
