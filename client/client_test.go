@@ -135,8 +135,10 @@ func TestRequestShapes(t *testing.T) {
 			reply: FileInfo{Name: "d"}, status: 200, want: FileInfo{Name: "d"},
 		},
 		{
-			name:       "move",
-			call:       func(ctx context.Context, c *Client) (any, error) { return c.Move(ctx, "sb1", MoveRequest{From: "a", To: "b"}) },
+			name: "move",
+			call: func(ctx context.Context, c *Client) (any, error) {
+				return c.Move(ctx, "sb1", MoveRequest{From: "a", To: "b"})
+			},
 			wantMethod: "POST", wantURI: "/v1/sandboxes/sb1/fs/move", wantBody: `{"from":"a","to":"b"}`,
 			reply: FileInfo{Name: "b"}, status: 200, want: FileInfo{Name: "b"},
 		},

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	dockerclient "github.com/moby/moby/client"
+	"github.com/spf13/cobra"
+
+	"github.com/hotcell/hotcell/internal/images"
+)
+
+func (a *app) imageCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Build the images sandboxes run",
+		Long:  `Build the images hotcell needs, on this host, without a registry.`,
+		Example: `  sudo hotcell image build
+  sudo hotcell image build --busybox`,
+		SuggestionsMinimumDistance: 2,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return unknownSubcommand(cmd, args[0])
+			}
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(a.imageBuildCmd())
+	return cmd
+}
+
+func (a *app) imageBuildCmd() *cobra.Command {
+	var (
+		busybox, noShell bool
+		tag, dockerHost  string
+	)
+	cmd := &cobra.Command{
+		Use:   "build [flags]",
+		Short: "Build hotcell/base or a test image into the local Docker Engine",
+		Long: `Build an image into the local Docker Engine.
+
+By default it builds ` + images.BaseRef + `, the default sandbox image: Debian
+with bash, git, curl, python3 and ca-certificates. It starts from
+debian:bookworm-slim if a registry answers, else builds the root file system
+with debootstrap (needs root and the debootstrap package). Takes minutes.
+
+--busybox builds ` + images.BusyboxRef + ` and --noshell builds ` + images.NoShellRef + `,
+small images for tests made from the host's static busybox.`,
+		Example: `  sudo hotcell image build
+  sudo hotcell image build --tag myorg/agent-base:1
+  sudo hotcell image build --busybox`,
+		Args: requireArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ref := images.BaseRef
+			switch {
+			case busybox:
+				ref = images.BusyboxRef
+			case noShell:
+				ref = images.NoShellRef
+			}
+			if tag != "" {
+				ref = tag
+			}
+			opts := []dockerclient.Opt{dockerclient.FromEnv}
+			if dockerHost != "" {
+				opts = append(opts, dockerclient.WithHost(dockerHost))
+			}
+			dc, err := dockerclient.New(opts...)
+			if err != nil {
+				return fmt.Errorf("build image %s: docker client: %w", ref, err)
+			}
+			defer dc.Close()
+			ctx := cmd.Context()
+			if _, err := dc.Ping(ctx, dockerclient.PingOptions{}); err != nil {
+				return fmt.Errorf("build image %s: reach the Docker Engine (is dockerd running, and may this user use it?): %w", ref, err)
+			}
+			progress := func(line string) { fmt.Fprintln(a.stderr, line) }
+			switch {
+			case busybox:
+				progress("building " + ref)
+				err = images.BuildBusybox(ctx, dc, ref)
+			case noShell:
+				progress("building " + ref)
+				err = images.BuildNoShell(ctx, dc, ref)
+			default:
+				err = images.BuildBase(ctx, dc, ref, progress)
+			}
+			if err != nil {
+				return fmt.Errorf("build image %s: %w", ref, err)
+			}
+			fmt.Fprintln(a.stdout, ref)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&busybox, "busybox", false, "build the busybox test image instead")
+	f.BoolVar(&noShell, "noshell", false, "build the shell-less test image instead")
+	f.StringVar(&tag, "tag", "", "image reference to build (default: the image's usual name)")
+	f.StringVar(&dockerHost, "docker-host", "", "Docker Engine address (default: DOCKER_HOST or the local socket)")
+	cmd.MarkFlagsMutuallyExclusive("busybox", "noshell")
+	return cmd
+}
+
+// unknownSubcommand is cobra's unknown-command error, with suggestions, for
+// a command that has subcommands and no action of its own (cobra only
+// checks the root).
+func unknownSubcommand(cmd *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, cmd.CommandPath())
+	if s := cmd.SuggestionsFor(name); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageError{errors.New(msg)}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/daemon"
+)
+
+func (a *app) serveCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Run the hotcell daemon",
+		Long: `Run the hotcell daemon in the foreground: the HTTP API on --listen, sandboxes on
+the Docker Engine, state under --data-dir. It runs as root (it drives the
+Docker Engine) and stops cleanly on SIGINT or SIGTERM, leaving sandboxes
+running for the next start to adopt.
+
+Every setting can also come from a TOML file (--config or HOTCELL_CONFIG) or a
+HOTCELL_* environment variable; flags win over the environment, which wins
+over the file. The API token is created on first start in DATA_DIR/token.`,
+		Example: `  sudo hotcell serve
+  sudo hotcell serve --listen 127.0.0.1:9090 --data-dir /srv/hotcell --log-format json
+  sudo HOTCELL_LOG_LEVEL=debug hotcell serve --config /etc/hotcell.toml`,
+		Args: requireArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(cmd.Flags(), a.getenv)
+			if err != nil {
+				return fmt.Errorf("load config: %w", err)
+			}
+			log := newLogger(a, cfg)
+			ready := func(addr net.Addr, tokenPath string, created bool) {
+				note := ""
+				if created {
+					note = " (new)"
+				}
+				fmt.Fprintf(a.stderr, "hotcell serve: listening on http://%s; API token in %s%s\n", addr, tokenPath, note)
+			}
+			err = daemon.RunWithReady(cmd.Context(), cfg, log, ready)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return nil
+		},
+	}
+	config.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func newLogger(a *app, cfg config.Config) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.SlogLevel()}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(a.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, opts))
+}
