@@ -43,6 +43,8 @@ type Options struct {
 	Reaper *Reaper
 	// Logger receives request errors. Default slog.Default().
 	Logger *slog.Logger
+	// ProcDir holds background processes' records and logs. Default /.hotcell-state/procs.
+	ProcDir string
 }
 
 type handler struct {
