@@ -144,6 +144,11 @@ func extractTar(r io.Reader, dir string, warn io.Writer) error {
 			if err := extractFile(root, name, tr, perm); err != nil {
 				return fmt.Errorf("extract %s: %w", name, err)
 			}
+			// Keep mtimes so that make and friends see what changed; a
+			// failure here loses nothing worth failing the copy for.
+			if !hdr.ModTime.IsZero() {
+				_ = root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+			}
 		case tar.TypeSymlink:
 			// The link itself may point anywhere: it is only followed by
 			// later entries through root, which refuses to leave dir.
