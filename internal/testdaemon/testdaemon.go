@@ -45,7 +45,7 @@ func Start(t testing.TB) *Daemon {
 	}
 	d := &Daemon{
 		t:       t,
-		bin:     testenv.GoBuild(t, "./internal/daemon/testdata/tmpserve"),
+		bin:     testenv.GoBuild(t, "./cmd/hotcell"),
 		agent:   testenv.AgentBinary(t),
 		Image:   testenv.BusyboxImage(t),
 		DataDir: dir,

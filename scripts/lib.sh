@@ -1,0 +1,74 @@
+# Shared by scripts/serve and scripts/test: install and start what hotcell
+# needs on a Debian host. Sourced, not run.
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+HOTCELL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export PATH=$PATH:/usr/local/go/bin
+
+need_root() {
+	[ "$(id -u)" = 0 ] || die "run this as root (hotcell drives the Docker Engine and the host firewall): sudo $0"
+}
+
+# ensure_packages installs the Debian packages hotcell and its tests use.
+ensure_packages() {
+	local missing=()
+	command -v dockerd >/dev/null || missing+=(docker.io)
+	dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+	command -v debootstrap >/dev/null || missing+=(debootstrap)
+	command -v git >/dev/null || missing+=(git)
+	command -v tmux >/dev/null || missing+=(tmux)
+	command -v curl >/dev/null || missing+=(curl)
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing ${missing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
+}
+
+# ensure_docker starts the Docker Engine unless one already answers.
+ensure_docker() {
+	if docker info >/dev/null 2>&1; then return; fi
+	log "starting the Docker Engine"
+	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+		systemctl start docker || true
+	fi
+	if ! docker info >/dev/null 2>&1; then
+		if ! pgrep -x dockerd >/dev/null; then
+			nohup dockerd >/var/log/hotcell-dockerd.log 2>&1 &
+		fi
+		for _ in $(seq 1 60); do
+			docker info >/dev/null 2>&1 && break
+			sleep 0.5
+		done
+	fi
+	docker info >/dev/null 2>&1 || die "the Docker Engine did not start; see /var/log/hotcell-dockerd.log"
+}
+
+ensure_go() {
+	command -v go >/dev/null || die "Go is not installed: install Go 1.26 or newer at /usr/local/go (https://go.dev/doc/install)"
+	local v
+	v=$(go env GOVERSION | sed 's/^go//')
+	case "$v" in
+	1.2[6-9]* | 1.[3-9]* | [2-9].*) ;;
+	*) die "Go $v is too old: hotcell needs Go 1.26 or newer" ;;
+	esac
+}
+
+# build_binaries builds bin/hotcell and the static bin/hotcell-agent.
+build_binaries() {
+	log "building hotcell and hotcell-agent"
+	mkdir -p "$HOTCELL_ROOT/bin"
+	(cd "$HOTCELL_ROOT" &&
+		CGO_ENABLED=0 go build -trimpath -o bin/hotcell ./cmd/hotcell &&
+		CGO_ENABLED=0 go build -trimpath -o bin/hotcell-agent ./cmd/hotcell-agent)
+}
+
+# ensure_base_image builds hotcell/base:latest unless it is there.
+ensure_base_image() {
+	if docker image inspect hotcell/base:latest >/dev/null 2>&1; then return; fi
+	log "building the default image hotcell/base:latest (a few minutes, once)"
+	"$HOTCELL_ROOT/bin/hotcell" image build
+}
