@@ -33,9 +33,9 @@ is refused and changes nothing.
 
 Everything is streamed; directories travel as tar. A directory from a sandbox
 is extracted here only inside DST: entries that would escape it are refused.`,
-		Example: `  hotcell cp ./main.go sb_1234:main.go
-  hotcell cp ./src sb_1234:/workspace/
-  hotcell cp sb_1234:/workspace/out ./results`,
+		Example: `  hotcell cp ./main.go sb-3f9a1c2b7d4e:main.go
+  hotcell cp ./src sb-3f9a1c2b7d4e:/workspace/
+  hotcell cp sb-3f9a1c2b7d4e:/workspace/out ./results`,
 		Args: requireArgs(2, 2, "SRC and DST"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, dst := parseLocation(args[0]), parseLocation(args[1])

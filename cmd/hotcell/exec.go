@@ -26,10 +26,10 @@ exits with the command's exit code.
 
 The words after -- are the command and its arguments, run directly (no shell).
 To run a shell command line, pass it to -c; it runs with /bin/sh -c.`,
-		Example: `  hotcell exec sb_1234 -- ls -la /workspace
-  hotcell exec sb_1234 --cwd /workspace --env CI=1 -- make test
-  hotcell exec sb_1234 -c 'cat /etc/os-release | head -1'
-  hotcell exec sb_1234 --json -c 'echo hi'`,
+		Example: `  hotcell exec sb-3f9a1c2b7d4e -- ls -la /workspace
+  hotcell exec sb-3f9a1c2b7d4e --cwd /workspace --env CI=1 -- make test
+  hotcell exec sb-3f9a1c2b7d4e -c 'cat /etc/os-release | head -1'
+  hotcell exec sb-3f9a1c2b7d4e --json -c 'echo hi'`,
 		Args: requireArgs(1, -1, "a sandbox ID and a command"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, argv := args[0], args[1:]

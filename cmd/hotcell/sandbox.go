@@ -151,8 +151,8 @@ func (a *app) inspectCmd() *cobra.Command {
 		Use:   "inspect ID",
 		Short: "Show one sandbox in detail",
 		Long:  `Show a sandbox's state, image, limits, labels, repository and setup results.`,
-		Example: `  hotcell inspect sb_1234
-  hotcell inspect --json sb_1234 | jq .state`,
+		Example: `  hotcell inspect sb-3f9a1c2b7d4e
+  hotcell inspect --json sb-3f9a1c2b7d4e | jq .state`,
 		Args: requireArgs(1, 1, "one sandbox ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -265,7 +265,7 @@ func (a *app) rmCmd() *cobra.Command {
 		Short:   "Destroy sandboxes",
 		Long: `Destroy sandboxes: their containers, workspaces and state. Removing a sandbox
 that is already gone succeeds. Every ID is tried; the command fails if any failed.`,
-		Example: `  hotcell rm sb_1234
+		Example: `  hotcell rm sb-3f9a1c2b7d4e
   hotcell rm $(hotcell ls -q --label agent=demo)`,
 		Args: requireArgs(1, -1, "at least one sandbox ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -311,7 +311,7 @@ func (a *app) lifecycleCmd(name, short, long string, call func(*client.Client, c
 		Use:     name + " ID",
 		Short:   short,
 		Long:    long,
-		Example: "  hotcell " + name + " sb_1234",
+		Example: "  hotcell " + name + " sb-3f9a1c2b7d4e",
 		Args:    requireArgs(1, 1, "one sandbox ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()

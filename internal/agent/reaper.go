@@ -156,7 +156,8 @@ func (r *Reaper) Start(path string, argv []string, attr *syscall.ProcAttr) (int,
 	if attr.Sys == nil {
 		attr.Sys = &syscall.SysProcAttr{}
 	}
-	attr.Sys.Setpgid = true
+	// A session leader (Setsid) is a group leader already; setpgid would fail.
+	attr.Sys.Setpgid = !attr.Sys.Setsid
 	ch := make(chan ExitStatus, 1)
 	r.mu.Lock()
 	pid, err := syscall.ForkExec(path, argv, attr)

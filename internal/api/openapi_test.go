@@ -334,6 +334,8 @@ func TestOpenAPIWireSchemas(t *testing.T) {
 		{"MoveRequest", wire.MoveRequest{}, false},
 		{"WriteResult", wire.WriteResult{}, true},
 		{"HostInfo", wire.HostInfo{}, true},
+		{"PortWaitResult", wire.PortWaitResult{}, true}, {"SetPortPublicRequest", wire.SetPortPublicRequest{}, false}, {"PortAccess", wire.PortAccess{}, true}, {"PreviewURL", wire.PreviewURL{}, true}, {"TunnelControl", wire.TunnelControl{}, true},
+		{"StartProcessRequest", wire.StartProcessRequest{}, false}, {"Process", wire.Process{}, true}, {"ProcessList", wire.ProcessList{}, true}, {"SignalRequest", wire.SignalRequest{}, false}, {"LogEvent", wire.LogEvent{}, true},
 		{"Error", errdefs.Body{}, true},
 		{"ErrorDetail", errdefs.Detail{}, true},
 	}

@@ -44,6 +44,9 @@ type Options struct {
 	// ExecTimeout and MaxExecOutput are the exec defaults.
 	ExecTimeout   time.Duration
 	MaxExecOutput int64
+	// PreviewDomain serves {port}-{id}.<PreviewDomain> as the HTTP preview
+	// of that port; empty turns previews by host name off.
+	PreviewDomain string
 	Log           *slog.Logger
 }
 
@@ -123,7 +126,9 @@ func (s *Server) Handler() http.Handler {
 		rw := &responseWriter{ResponseWriter: w}
 		rw.Header().Set("X-Request-Id", rid)
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
-		if r.URL.Path != "/healthz" && !s.authorized(r) {
+		if s.servePreviewHost(rw, r) {
+			// {port}-{id}.<preview domain>: the preview checks its own credentials.
+		} else if _, pattern := s.mux.Handler(r); r.URL.Path != "/healthz" && !strings.HasSuffix(pattern, previewPathSuffix) && !s.authorized(r) {
 			rw.Header().Set("WWW-Authenticate", `Bearer realm="hotcell"`)
 			errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file>: %w", errdefs.ErrUnauthenticated), rid)
 		} else {
@@ -131,7 +136,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		// slog escapes the path; the query may hold file paths, so it is
 		// logged as a value too. Authorization is never logged.
-		s.log.Debug("request", "id", rid, "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
+		s.log.Debug("request", "id", rid, "method", r.Method, "path", r.URL.Path, "query", redactPreviewToken(r.URL.RawQuery),
 			"status", rw.status, "bytes", rw.written, "ms", time.Since(start).Milliseconds())
 	})
 }

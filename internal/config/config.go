@@ -39,6 +39,10 @@ const (
 	defaultShutdown     = 10 * time.Second
 )
 
+// DefaultPreviewDomain: *.localhost resolves to loopback in browsers and
+// curl, so previews by host name work on the daemon's host with no DNS.
+const DefaultPreviewDomain = "preview.localhost"
+
 // Config is the daemon's configuration. Build it with Load (or Default and
 // the Apply methods, then Validate).
 type Config struct {
@@ -67,6 +71,11 @@ type Config struct {
 	MaxExecOutput int64
 	// ShutdownTimeout bounds graceful shutdown of the daemon.
 	ShutdownTimeout time.Duration
+	// PreviewDomain: requests for {port}-{sandbox id}.<PreviewDomain> to the
+	// API's listener are HTTP previews of that port. Empty turns previews by
+	// host name off. *.localhost resolves to loopback in browsers, so the
+	// default works on the daemon's host with no DNS set up.
+	PreviewDomain string
 
 	// sources maps a setting's key to where its value came from.
 	sources map[string]string
@@ -115,6 +124,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.MaxExecOutput }},
 	{"shutdown_timeout", kindDuration, "how long shutdown waits for requests to finish",
 		func(c *Config) any { return &c.ShutdownTimeout }},
+	{"preview_domain", kindString, "domain whose names {port}-{sandbox id}.DOMAIN serve port previews (empty: off)",
+		func(c *Config) any { return &c.PreviewDomain }},
 }
 
 func lookup(key string) (setting, bool) {
@@ -138,6 +149,7 @@ func Default() Config {
 		SetupTimeout:    defaultSetupTimeout,
 		MaxExecOutput:   defaultMaxExecOut,
 		ShutdownTimeout: defaultShutdown,
+		PreviewDomain:   DefaultPreviewDomain,
 	}
 }
 
@@ -368,6 +380,11 @@ func (c *Config) Validate() error {
 		return bad("max_exec_output", c.MaxExecOutput, "must be greater than 0")
 	}
 
+	c.PreviewDomain = strings.TrimSuffix(strings.ToLower(c.PreviewDomain), ".")
+	if err := validateDomain(c.PreviewDomain); err != nil {
+		return bad("preview_domain", c.PreviewDomain, "%v", err)
+	}
+
 	agent, err := resolveAgent(c.AgentBinary)
 	if err != nil {
 		const hint = "build it with `make build` or pass --agent-binary"
@@ -496,7 +513,33 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("setup_timeout", c.SetupTimeout),
 		slog.Int64("max_exec_output", c.MaxExecOutput),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
+		slog.String("preview_domain", c.PreviewDomain),
 	)
+}
+
+// validateDomain accepts a DNS name such as preview.example.com (or empty):
+// letters, digits and '-' in dot-separated labels.
+func validateDomain(d string) error {
+	if d == "" {
+		return nil
+	}
+	if len(d) > 200 {
+		return fmt.Errorf("must be at most 200 characters, leaving room for the {port}-{id} label")
+	}
+	for _, label := range strings.Split(d, ".") {
+		if label == "" || len(label) > 63 {
+			return fmt.Errorf("must be a DNS name: labels of 1 to 63 characters between dots")
+		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("must be a DNS name: label %q starts or ends with '-'", label)
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				return fmt.Errorf("must be a DNS name: %q is not allowed (letters, digits, '-' and '.')", r)
+			}
+		}
+	}
+	return nil
 }
 
 func redactURL(s string) string {

@@ -66,6 +66,7 @@ func TestDefaults(t *testing.T) {
 		SetupTimeout:    10 * time.Minute,
 		MaxExecOutput:   1 << 20,
 		ShutdownTimeout: 10 * time.Second,
+		PreviewDomain:   "preview.localhost",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -217,6 +218,10 @@ func TestValidate(t *testing.T) {
 			[]string{`max_exec_output "0"`, "(from HOTCELL_MAX_EXEC_OUTPUT)"}},
 		{"env duration unparsable", map[string]string{"HOTCELL_EXEC_TIMEOUT": "ten"}, nil,
 			[]string{`exec_timeout "ten"`, "(from HOTCELL_EXEC_TIMEOUT)"}},
+		{"preview domain bad character", nil, []string{"--preview-domain", "pre_view.example.com"},
+			[]string{`preview_domain "pre_view.example.com"`, "DNS name", "(from --preview-domain)"}},
+		{"preview domain empty label", map[string]string{"HOTCELL_PREVIEW_DOMAIN": "a..b"}, nil,
+			[]string{`preview_domain "a..b"`, "(from HOTCELL_PREVIEW_DOMAIN)"}},
 		{"agent missing", nil, []string{"--agent-binary", "/nonexistent/hotcell-agent"},
 			[]string{`agent_binary "/nonexistent/hotcell-agent"`, "does not exist", "make build", "(from --agent-binary)"}},
 		{"agent not executable", map[string]string{"HOTCELL_AGENT_BINARY": notExec}, nil,

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	dockerclient "github.com/moby/moby/client"
@@ -27,8 +28,35 @@ import (
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
-// Version is the daemon's version, set at build time with -ldflags.
-var Version = "dev"
+// Version is the daemon's version: set at build time with -ldflags, else the
+// VCS revision Go stamped into the binary, else "dev".
+var Version = buildVersion()
+
+func buildVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	switch {
+	case rev == "":
+		return "dev"
+	case dirty:
+		return "dev-" + rev + "-dirty"
+	}
+	return "dev-" + rev
+}
 
 // Ready, when set, is called once the API listens, with its address and
 // whether the token was just created. Tests and the CLI use it.
@@ -98,6 +126,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Token:         token,
 		ExecTimeout:   cfg.ExecTimeout,
 		MaxExecOutput: cfg.MaxExecOutput,
+		PreviewDomain: cfg.PreviewDomain,
 		Log:           log,
 		Host: func(ctx context.Context) (wire.HostInfo, error) {
 			di, err := drv.Info(ctx)

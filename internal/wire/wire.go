@@ -75,6 +75,10 @@ type Sandbox struct {
 	Error     string            `json:"error,omitempty"`
 	CreatedAt time.Time         `json:"createdAt"`
 	UpdatedAt time.Time         `json:"updatedAt"`
+
+	// PublicPorts are the ports whose preview needs no token
+	// (POST /v1/sandboxes/{id}/ports/{port}/public).
+	PublicPorts []int `json:"publicPorts,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -1,0 +1,268 @@
+package api
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/sandbox"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// The HTTP preview proxy: a port inside a sandbox reached by path
+// (/v1/sandboxes/{id}/ports/{port}/http/...) or by host name
+// ({port}-{id}.<preview domain>). The agent makes the connection inside the
+// sandbox; the daemon only talks to the agent.
+//
+// Access needs the API token, or the sandbox's preview token, unless the
+// port is public. The preview token is derived, not stored: an HMAC of the
+// sandbox's id and creation time under a key derived from the API token.
+// It grants preview access to that one sandbox, survives daemon restarts,
+// dies with the sandbox, and changes when the API token does.
+//
+// By host name, each preview is its own browser origin: a token given once
+// in the query becomes an HttpOnly cookie for that host, so the page's later
+// requests and WebSocket upgrades (dev-server hot reload) carry it, and the
+// app's own cookies pass both ways. By path, every preview shares the API's
+// origin, so cookies are not passed (one sandbox's app must not read
+// another's) and the token must come with each request; that mode is meant
+// for API clients, the host-name mode for browsers.
+
+// previewToken returns the preview token of sb.
+func (s *Server) previewToken(sb wire.Sandbox) string {
+	key := hmac.New(sha256.New, []byte(s.opts.Token))
+	key.Write([]byte("hotcell preview token v1"))
+	mac := hmac.New(sha256.New, key.Sum(nil))
+	fmt.Fprintf(mac, "%s\x00%d", sb.ID, sb.CreatedAt.UnixNano())
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func isPublic(sb wire.Sandbox, port int) bool { return slices.Contains(sb.PublicPorts, port) }
+
+// presentedPreviewToken returns the preview token r carries, and whether it
+// came in the query (to be turned into a cookie). Cookies count only by
+// host name.
+func presentedPreviewToken(r *http.Request, byHost bool) (tok string, fromQuery bool) {
+	if t := r.Header.Get(wire.PreviewTokenHeader); t != "" {
+		return t, false
+	}
+	if t := r.URL.Query().Get(wire.PreviewTokenQuery); t != "" {
+		return t, true
+	}
+	if byHost {
+		if c, err := r.Cookie(wire.PreviewTokenCookie); err == nil && c.Value != "" {
+			return c.Value, false
+		}
+	}
+	return "", false
+}
+
+// errPreviewAuth answers a preview request without valid credentials. It
+// does not say whether the sandbox exists.
+func errPreviewAuth(port int) error {
+	return fmt.Errorf("preview of port %d needs the API token (Authorization: Bearer), or the sandbox's preview token "+
+		"(%s header or %s query parameter; get it from POST /v1/sandboxes/{id}/ports/{port}/preview-url), "+
+		"or the port made public: %w", port, wire.PreviewTokenHeader, wire.PreviewTokenQuery, errdefs.ErrUnauthenticated)
+}
+
+// previewAccess checks r's right to preview port of sandbox id (both
+// already parsed; parseErr is what went wrong parsing them). It answers a
+// bad id or port with 400 only to callers that sent credentials, 401 to
+// anyone else. setCookie says to hand the token back as a cookie.
+func (s *Server) previewAccess(r *http.Request, id string, port int, parseErr error, byHost bool) (setCookie string, err error) {
+	bearer := s.authorized(r)
+	tok, fromQuery := presentedPreviewToken(r, byHost)
+	if parseErr != nil {
+		if bearer || tok != "" {
+			return "", parseErr
+		}
+		return "", errPreviewAuth(port)
+	}
+	if bearer {
+		return "", nil
+	}
+	sb, err := s.opts.Manager.Get(r.Context(), id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return "", errPreviewAuth(port)
+	}
+	if err != nil {
+		return "", err
+	}
+	if tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.previewToken(sb))) == 1 {
+		if fromQuery && byHost {
+			return tok, nil
+		}
+		return "", nil
+	}
+	if isPublic(sb, port) {
+		return "", nil
+	}
+	return "", errPreviewAuth(port)
+}
+
+// previewByPath serves /v1/sandboxes/{id}/ports/{port}/http/{path...}.
+// Handler lets it through without the bearer token; it checks access here.
+func (s *Server) previewByPath(w http.ResponseWriter, r *http.Request) error {
+	id, port, parseErr := pathIDPort(r)
+	if _, err := s.previewAccess(r, id, port, parseErr, false); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	q.Del(wire.PreviewTokenQuery)
+	r.Header.Del(wire.PreviewTokenHeader)
+	return s.proxy(w, r, id, "/v1/ports/"+strconv.Itoa(port)+"/http/"+r.PathValue("path"), q)
+}
+
+// previewLabel returns the first label of host when host is a name under
+// the preview domain, such as "8000-sb-0123456789ab" of
+// "8000-sb-0123456789ab.preview.localhost:8080".
+func previewLabel(host, domain string) (string, bool) {
+	if domain == "" {
+		return "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	label, ok := strings.CutSuffix(host, "."+domain)
+	if !ok || label == "" || strings.Contains(label, ".") {
+		return "", false
+	}
+	return label, true
+}
+
+// parsePreviewLabel splits "{port}-{id}" and validates both.
+func parsePreviewLabel(label string) (id string, port int, err error) {
+	ps, id, ok := strings.Cut(label, "-")
+	if !ok {
+		return "", 0, errdefs.Invalid("host", "%q is not {port}-{sandbox id}", clip(label))
+	}
+	if port, err = parsePort(ps); err != nil {
+		return "", 0, err
+	}
+	return id, port, sandbox.ValidateID(id)
+}
+
+// servePreviewHost serves r if its Host is a preview name and reports
+// whether it did. It runs before the API's bearer-token check: previews
+// have their own credentials, and API routes are never served on a
+// preview name.
+func (s *Server) servePreviewHost(w http.ResponseWriter, r *http.Request) bool {
+	label, ok := previewLabel(r.Host, s.opts.PreviewDomain)
+	if !ok {
+		return false
+	}
+	s.adapt(func(w http.ResponseWriter, r *http.Request) error {
+		id, port, parseErr := parsePreviewLabel(label)
+		cookie, err := s.previewAccess(r, id, port, parseErr, true)
+		if err != nil {
+			return err
+		}
+		if cookie != "" {
+			http.SetCookie(w, &http.Cookie{
+				Name: wire.PreviewTokenCookie, Value: cookie, Path: "/",
+				HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode,
+			})
+		}
+		return s.proxyPreviewHost(w, r, id, port)
+	}).ServeHTTP(w, r)
+	return true
+}
+
+// proxyPreviewHost passes r to the app on port, keeping the app's cookies
+// and the client's escaping, minus hotcell's own credentials.
+func (s *Server) proxyPreviewHost(w http.ResponseWriter, r *http.Request, id string, port int) error {
+	conn, err := s.opts.Manager.Agent(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	var proxyErr error
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			prefix := "/v1/ports/" + strconv.Itoa(port) + "/http"
+			pr.Out.URL = &url.URL{
+				Scheme:   "http",
+				Host:     "agent",
+				Path:     prefix + pr.In.URL.Path,
+				RawPath:  prefix + pr.In.URL.EscapedPath(),
+				RawQuery: withoutQueryParam(pr.In.URL.RawQuery, wire.PreviewTokenQuery),
+			}
+			pr.Out.Host = "agent"
+			pr.SetXForwarded()
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del(wire.PreviewTokenHeader)
+			stripCookie(pr.Out.Header, wire.PreviewTokenCookie)
+		},
+		Transport:     conn.Transport(),
+		FlushInterval: -1,
+		ErrorHandler:  func(w http.ResponseWriter, r *http.Request, err error) { proxyErr = err },
+	}
+	rp.ServeHTTP(w, r)
+	if proxyErr != nil {
+		return fmt.Errorf("preview port %d of sandbox %s: %w", port, id, errors.Join(errdefs.ErrUnavailable, proxyErr))
+	}
+	return nil
+}
+
+// withoutQueryParam removes name from a raw query, leaving the rest as the
+// client wrote it (order and escaping matter to some apps).
+func withoutQueryParam(raw, name string) string {
+	if raw == "" {
+		return ""
+	}
+	parts := strings.Split(raw, "&")
+	kept := parts[:0]
+	for _, p := range parts {
+		k, _, _ := strings.Cut(p, "=")
+		if uk, err := url.QueryUnescape(k); err == nil && uk == name {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return strings.Join(kept, "&")
+}
+
+// stripCookie removes the cookie name from h's Cookie headers.
+func stripCookie(h http.Header, name string) {
+	vals := h.Values("Cookie")
+	if len(vals) == 0 {
+		return
+	}
+	var kept []string
+	for _, v := range vals {
+		for _, c := range strings.Split(v, ";") {
+			c = strings.TrimSpace(c)
+			if k, _, _ := strings.Cut(c, "="); c == "" || k == name {
+				continue
+			}
+			kept = append(kept, c)
+		}
+	}
+	h.Del("Cookie")
+	if len(kept) > 0 {
+		h.Set("Cookie", strings.Join(kept, "; "))
+	}
+}
+
+// redactPreviewToken hides a preview token in a raw query that is logged.
+func redactPreviewToken(raw string) string {
+	if !strings.Contains(raw, wire.PreviewTokenQuery) {
+		return raw
+	}
+	kept := withoutQueryParam(raw, wire.PreviewTokenQuery)
+	if kept != "" {
+		kept += "&"
+	}
+	return kept + wire.PreviewTokenQuery + "=REDACTED"
+}

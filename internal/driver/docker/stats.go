@@ -1,0 +1,90 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+)
+
+var _ driver.Statter = (*Driver)(nil)
+
+// maxStatsAnswer bounds the engine's stats document (a few KiB).
+const maxStatsAnswer = 1 << 20
+
+// Stats reads the box's counters with one non-blocking call: stream=false
+// with one-shot=true (API ≥ 1.41), so the engine answers at once instead of
+// waiting a second for a second sample. Older engines ignore one-shot and
+// take that second; the answer is the same.
+func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
+	if err := checkID(id); err != nil {
+		return driver.Stats{}, err
+	}
+	name := ContainerName(id)
+	res, err := d.c.ContainerStats(ctx, name, client.ContainerStatsOptions{})
+	if err != nil {
+		return driver.Stats{}, classify("stats of container "+name, err)
+	}
+	defer res.Body.Close()
+	var s container.StatsResponse
+	if err := json.NewDecoder(io.LimitReader(res.Body, maxStatsAnswer)).Decode(&s); err != nil {
+		return driver.Stats{}, fmt.Errorf("stats of container %s: decode: %w", name, err)
+	}
+	if s.Read.IsZero() {
+		// The engine answers a stopped container with an empty reading.
+		return driver.Stats{}, fmt.Errorf("stats of container %s: it is not running: %w", name, errdefs.ErrConflict)
+	}
+	return convertStats(s), nil
+}
+
+func convertStats(s container.StatsResponse) driver.Stats {
+	out := driver.Stats{
+		Read:             s.Read,
+		CPUUsageNs:       s.CPUStats.CPUUsage.TotalUsage,
+		MemoryBytes:      clampInt(memoryWithoutCache(s.MemoryStats)),
+		MemoryLimitBytes: clampInt(s.MemoryStats.Limit),
+		Pids:             clampInt(s.PidsStats.Current),
+		PidsLimit:        clampInt(s.PidsStats.Limit),
+	}
+	if !s.PreRead.IsZero() && s.PreCPUStats.CPUUsage.TotalUsage > 0 {
+		out.PreRead = s.PreRead
+		out.PreCPUUsageNs = s.PreCPUStats.CPUUsage.TotalUsage
+	}
+	if out.PidsLimit == math.MaxInt64 {
+		out.PidsLimit = 0 // "max": cgroup v2 reports unlimited as the largest value
+	}
+	var rx, tx uint64
+	for _, n := range s.Networks {
+		rx += n.RxBytes
+		tx += n.TxBytes
+	}
+	out.NetRxBytes, out.NetTxBytes = clampInt(rx), clampInt(tx)
+	return out
+}
+
+// memoryWithoutCache is what docker stats shows as memory usage: the
+// cgroup's usage minus the inactive page cache, which the kernel drops
+// under pressure (cgroup v1 names it total_inactive_file, v2 inactive_file).
+func memoryWithoutCache(m container.MemoryStats) uint64 {
+	if v, ok := m.Stats["total_inactive_file"]; ok && v < m.Usage {
+		return m.Usage - v
+	}
+	if v, ok := m.Stats["inactive_file"]; ok && v < m.Usage {
+		return m.Usage - v
+	}
+	return m.Usage
+}
+
+func clampInt(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}

@@ -1,0 +1,61 @@
+package docker_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	d, c := newDriver(t)
+	ctx := t.Context()
+	spec := newSpec(t, c)
+	spec.Limits = wire.Limits{MemoryMB: 64, PidsLimit: 50}
+	id := spec.ID
+	if err := d.Create(ctx, spec); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if _, err := d.Stats(ctx, id); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("stats of a created, not started box: got %v, want ErrConflict", err)
+	}
+	if err := d.Start(ctx, id); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	start := time.Now()
+	first, err := d.Stats(ctx, id)
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	// One-shot: no second sample, so no wait for one (which takes 1s).
+	if el := time.Since(start); el > 900*time.Millisecond {
+		t.Errorf("stats took %s; the engine waited for a second sample", el)
+	}
+	if first.Read.IsZero() || first.MemoryBytes <= 0 || first.Pids < 1 {
+		t.Errorf("first stats %+v: want a read time, memory > 0, pids ≥ 1", first)
+	}
+	if first.MemoryLimitBytes != 64<<20 || first.PidsLimit != 50 {
+		t.Errorf("limits: memory %d pids %d, want %d and 50", first.MemoryLimitBytes, first.PidsLimit, 64<<20)
+	}
+	// Burn CPU for a while; the cumulative counter moves with it.
+	if _, code := dockerExec(t, c, id, "/bin/sh", "-c", "timeout 1 sh -c 'while :; do :; done'; true"); code != 0 {
+		t.Fatalf("burn cpu: exit %d", code)
+	}
+	second, err := d.Stats(ctx, id)
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if !second.Read.After(first.Read) || second.CPUUsageNs < first.CPUUsageNs+uint64(300*time.Millisecond) {
+		t.Errorf("after a 1s busy loop: cpu %d → %d ns, read %v → %v; want ≥ 300ms more CPU, later read",
+			first.CPUUsageNs, second.CPUUsageNs, first.Read, second.Read)
+	}
+	if err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Stats(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("stats of a destroyed box: got %v, want ErrNotFound", err)
+	}
+}
