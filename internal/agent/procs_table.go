@@ -100,10 +100,14 @@ func (p *bgProc) state() procState {
 }
 
 // snapshot is the process as the API shows it.
-func (p *bgProc) snapshot() wire.Process {
+func (p *bgProc) snapshot() wire.Process { return p.view(false) }
+
+// view is the process's record. The exit shows once the process has
+// finished (see watchExit), or, for meta.json, as soon as it is known.
+func (p *bgProc) view(unfinished bool) wire.Process {
 	w := p.info
 	p.mu.Lock()
-	if p.status != nil {
+	if p.status != nil && (p.finished || unfinished) {
 		w.State = wire.ProcessExited
 		code := p.status.Code
 		w.ExitCode = &code
@@ -143,7 +147,7 @@ type logMeta struct {
 // the record in memory is what the API serves; the file only matters if the
 // agent itself restarts.
 func (t *procTable) saveMeta(p *bgProc) {
-	m := procMeta{Process: p.snapshot()}
+	m := procMeta{Process: p.view(true)}
 	_, _, m.Stdout.Base, m.Stdout.PrevBase = p.stdout.bounds()
 	_, _, m.Stderr.Base, m.Stderr.PrevBase = p.stderr.bounds()
 	data, err := json.Marshal(m)
@@ -317,16 +321,13 @@ func (t *procTable) copyOut(p *bgProc, pipe *os.File, l *streamLog, wg *sync.Wai
 	}
 }
 
-// watchExit records the exit, then marks the process finished once its
-// output is drained, or a moment later if a child it left behind still
-// holds the pipes (that output still goes to the log).
+// watchExit records the exit once the process's output is drained, or a
+// moment after the exit if a child it left behind still holds the pipes
+// (that output still goes to the log). Until then the process shows as
+// running: whoever sees it exited can read all its output.
 func (t *procTable) watchExit(p *bgProc, exited <-chan ExitStatus, copiers *sync.WaitGroup) {
 	st := <-exited
-	p.mu.Lock()
-	p.status = &st
-	p.ended = time.Now().UTC()
-	p.mu.Unlock()
-	p.broadcast()
+	ended := time.Now().UTC()
 	drained := make(chan struct{})
 	go func() { copiers.Wait(); close(drained) }()
 	select {
@@ -334,10 +335,16 @@ func (t *procTable) watchExit(p *bgProc, exited <-chan ExitStatus, copiers *sync
 	case <-time.After(procExitDrainGrace):
 	}
 	p.mu.Lock()
+	p.status = &st
+	p.ended = ended
+	p.mu.Unlock()
+	// Saved before the exit event goes out, so whoever saw it finds it on
+	// disk too.
+	t.saveMeta(p)
+	p.mu.Lock()
 	p.finished = true
 	p.mu.Unlock()
 	p.broadcast()
-	t.saveMeta(p)
 }
 
 func (t *procTable) get(id string) (*bgProc, error) {
@@ -394,7 +401,7 @@ func (t *procTable) signal(p *bgProc, sig syscall.Signal) error {
 
 // remove forgets an exited process and deletes its logs.
 func (t *procTable) remove(p *bgProc) error {
-	if st := p.state(); st.status == nil && st.lostErr == "" {
+	if st := p.state(); !st.finished {
 		return classErr(errdefs.ErrConflict, "remove process %s: it is still running; signal it first", p.id)
 	}
 	t.mu.Lock()
