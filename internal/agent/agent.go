@@ -99,6 +99,7 @@ func NewHandler(opts Options) http.Handler {
 	h.ptyRoutes(mux)
 	h.watchRoutes(mux)
 	h.portRoutes(mux)
+	h.restoreRoutes(mux)
 	mux.Handle("/", h.adapt(func(w http.ResponseWriter, r *http.Request) error {
 		return classErr(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path)
 	}))
