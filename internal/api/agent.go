@@ -208,6 +208,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id, method, age
 	if err != nil {
 		return err
 	}
+	defer s.begin(id)()
 	u := agentPath
 	if len(q) > 0 {
 		u += "?" + q.Encode()

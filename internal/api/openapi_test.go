@@ -336,6 +336,7 @@ func TestOpenAPIWireSchemas(t *testing.T) {
 		{"HostInfo", wire.HostInfo{}, true},
 		{"PortWaitResult", wire.PortWaitResult{}, true}, {"SetPortPublicRequest", wire.SetPortPublicRequest{}, false}, {"PortAccess", wire.PortAccess{}, true}, {"PreviewURL", wire.PreviewURL{}, true}, {"TunnelControl", wire.TunnelControl{}, true},
 		{"StartProcessRequest", wire.StartProcessRequest{}, false}, {"Process", wire.Process{}, true}, {"ProcessList", wire.ProcessList{}, true}, {"SignalRequest", wire.SignalRequest{}, false}, {"LogEvent", wire.LogEvent{}, true},
+		{"Timeouts", wire.Timeouts{}, false}, {"SandboxTimeouts", wire.SandboxTimeouts{}, true}, {"SetTimeoutsRequest", wire.SetTimeoutsRequest{}, false}, {"SandboxEvent", wire.SandboxEvent{}, true}, {"SandboxEventList", wire.SandboxEventList{}, true},
 		{"Error", errdefs.Body{}, true},
 		{"ErrorDetail", errdefs.Detail{}, true},
 	}

@@ -14,6 +14,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, agentPath str
 	if err != nil {
 		return err
 	}
+	defer s.begin(id)() // terminals, tunnels and previews are activity while open
 	var proxyErr error
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -111,6 +111,7 @@ func (s *Server) routes() {
 	s.watchRoutes()
 	s.portRoutes()
 	s.statsRoutes()
+	s.lifecycleRoutes()
 
 	// Anything else under the API gets a JSON 404 rather than the mux's text.
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) error {
@@ -132,6 +133,7 @@ func (s *Server) Handler() http.Handler {
 			rw.Header().Set("WWW-Authenticate", `Bearer realm="hotcell"`)
 			errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file>: %w", errdefs.ErrUnauthenticated), rid)
 		} else {
+			s.touch(r)
 			s.mux.ServeHTTP(rw, r)
 		}
 		// slog escapes the path; the query may hold file paths, so it is

@@ -76,6 +76,9 @@ type Config struct {
 	// host name off. *.localhost resolves to loopback in browsers, so the
 	// default works on the daemon's host with no DNS set up.
 	PreviewDomain string
+	// Lifecycle defaults and reconciler settings (lifecycle.go).
+	IdleTimeout, MaxLifetime, OrphanGrace     time.Duration
+	IdleAction, LifetimeAction, EngineRestart string
 
 	// sources maps a setting's key to where its value came from.
 	sources map[string]string
@@ -126,6 +129,12 @@ var settings = []setting{
 		func(c *Config) any { return &c.ShutdownTimeout }},
 	{"preview_domain", kindString, "domain whose names {port}-{sandbox id}.DOMAIN serve port previews (empty: off)",
 		func(c *Config) any { return &c.PreviewDomain }},
+	{"idle_timeout", kindDuration, "default idle timeout of a sandbox (0: none)", func(c *Config) any { return &c.IdleTimeout }},
+	{"idle_action", kindString, "default idle timeout action: stop, pause or destroy", func(c *Config) any { return &c.IdleAction }},
+	{"max_lifetime", kindDuration, "default maximum lifetime of a sandbox (0: none)", func(c *Config) any { return &c.MaxLifetime }},
+	{"lifetime_action", kindString, "default lifetime action: stop, pause or destroy", func(c *Config) any { return &c.LifetimeAction }},
+	{"orphan_grace", kindDuration, "how long a box of this daemon with no record is kept before removal (0: at once)", func(c *Config) any { return &c.OrphanGrace }},
+	{"engine_restart_policy", kindString, "sandboxes that ran when the engine restarted: restart or mark (stopped)", func(c *Config) any { return &c.EngineRestart }},
 }
 
 func lookup(key string) (setting, bool) {
@@ -149,6 +158,10 @@ func Default() Config {
 		SetupTimeout:    defaultSetupTimeout,
 		MaxExecOutput:   defaultMaxExecOut,
 		ShutdownTimeout: defaultShutdown,
+		IdleAction:      "stop",
+		LifetimeAction:  "destroy",
+		OrphanGrace:     10 * time.Minute,
+		EngineRestart:   "restart",
 		PreviewDomain:   DefaultPreviewDomain,
 	}
 }
@@ -375,6 +388,9 @@ func (c *Config) Validate() error {
 		if d.v <= 0 {
 			return bad(d.key, d.v, "must be greater than 0")
 		}
+	}
+	if err := c.validateLifecycle(bad); err != nil {
+		return err
 	}
 	if c.MaxExecOutput <= 0 {
 		return bad("max_exec_output", c.MaxExecOutput, "must be greater than 0")

@@ -67,6 +67,10 @@ func TestDefaults(t *testing.T) {
 		MaxExecOutput:   1 << 20,
 		ShutdownTimeout: 10 * time.Second,
 		PreviewDomain:   "preview.localhost",
+		IdleAction:      "stop",
+		LifetimeAction:  "destroy",
+		OrphanGrace:     10 * time.Minute,
+		EngineRestart:   "restart",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

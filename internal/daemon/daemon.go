@@ -115,11 +115,13 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		DefaultImage: cfg.DefaultImage,
 		SetupTimeout: cfg.SetupTimeout,
 		Log:          log,
+		Lifecycle:    sandbox.LifecycleOptionsFrom(cfg),
 	})
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
 	}
 	defer mgr.Close()
+	defer mgr.StartBackground()() // reaper and reconciler; stopped before mgr.Close
 
 	srv := api.New(api.Options{
 		Manager:       mgr,
@@ -153,6 +155,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	hs.RegisterOnShutdown(mgr.CloseStreams) // event streams end, not hold the shutdown
 	log.Info("hotcell serving", "addr", ln.Addr().String(), "dataDir", cfg.DataDir, "token", cfg.TokenPath(), "goroutines", runtime.NumGoroutine())
 	if ready != nil {
 		ready(ln.Addr(), cfg.TokenPath(), created)

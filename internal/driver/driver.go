@@ -15,6 +15,9 @@ import (
 const (
 	LabelManaged = "hotcell.managed" // "true"
 	LabelID      = "hotcell.id"      // sandbox id
+	// LabelInstance names the data dir (one daemon's state) that owns an
+	// object, so daemons sharing one engine never touch each other's boxes.
+	LabelInstance = "hotcell.instance"
 	// LabelUserPrefix prefixes user labels on backend objects.
 	LabelUserPrefix = "hotcell.label."
 )
@@ -39,6 +42,8 @@ type Spec struct {
 	HostRunDir string
 	// HostAgentPath is the static agent binary bind-mounted read-only at AgentPath.
 	HostAgentPath string
+	// Instance is the owning daemon's instance id (LabelInstance).
+	Instance string
 }
 
 // BoxState is a backend's view of a box.
@@ -96,4 +101,27 @@ type Driver interface {
 type Pauser interface {
 	Pause(ctx context.Context, id string) error
 	Unpause(ctx context.Context, id string) error
+}
+
+// InstanceLister is implemented by drivers that can list what one hotcell
+// instance owns, so the reconciler can find boxes and volumes without a
+// record.
+type InstanceLister interface {
+	// ListOwned returns the sandbox ids of every box and every workspace
+	// volume labelled with instance.
+	ListOwned(ctx context.Context, instance string) ([]string, error)
+}
+
+// BoxEvent is something that happened to a box, reported as it happens.
+type BoxEvent struct {
+	ID   string
+	Type string // "oom" (a process was killed for memory), "die" (the box stopped)
+}
+
+// EventWatcher is implemented by drivers that report box events live.
+type EventWatcher interface {
+	// WatchEvents calls fn for each event of a box of instance until ctx
+	// ends or the backend's stream breaks (an engine restart), and returns
+	// why it stopped.
+	WatchEvents(ctx context.Context, instance string, fn func(BoxEvent)) error
 }

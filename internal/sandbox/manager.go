@@ -43,6 +43,8 @@ type Options struct {
 	// StopTimeout is how long a stopping agent gets before it is killed.
 	StopTimeout time.Duration
 	Log         *slog.Logger
+	// Lifecycle configures timeouts, the reaper and the reconciler.
+	Lifecycle LifecycleOptions
 }
 
 // Manager drives sandboxes through their lifecycle.
@@ -55,6 +57,8 @@ type Manager struct {
 	mu    sync.Mutex
 	conns map[string]*agentconn.Conn
 	locks map[string]*sync.Mutex
+
+	life *lifecycle // events, activity, timeouts, reconciler (lifecycle.go)
 }
 
 // New returns a Manager. Call Recover before serving requests.
@@ -78,6 +82,7 @@ func New(drv driver.Driver, st Store, opts Options) *Manager {
 		log:   opts.Log.With("component", "sandbox"),
 		conns: map[string]*agentconn.Conn{},
 		locks: map[string]*sync.Mutex{},
+		life:  newLifecycle(opts.Lifecycle),
 	}
 }
 
@@ -155,6 +160,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 		Persist:   persist,
 		CreatedAt: now,
 		UpdatedAt: now,
+		Timeouts:  m.initialTimeouts(req.Timeouts, now),
 	}
 	unlock := m.lock(sb.ID)
 	defer unlock()
@@ -168,6 +174,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 	}
 	fail := func(err error) (wire.Sandbox, error) {
 		log.Warn("create failed, cleaning up", "err", err)
+		m.Event(ctx, sb.ID, wire.SandboxEventError, "create failed: "+err.Error(), nil)
 		if cerr := m.teardown(ctx, sb.ID); cerr != nil {
 			log.Error("clean up after failed create", "err", cerr)
 		}
@@ -187,6 +194,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 		Persist:       persist,
 		HostRunDir:    m.runDir(sb.ID),
 		HostAgentPath: m.opts.AgentBinary,
+		Instance:      m.life.instance,
 	}
 	if err := m.drv.Create(ctx, spec); err != nil {
 		return fail(fmt.Errorf("create box: %w", err))
@@ -216,6 +224,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 			return fail(fmt.Errorf("run setup command %q: %w", cmd, err))
 		}
 		sb.Setup = append(sb.Setup, res)
+		m.Event(ctx, sb.ID, wire.SandboxEventSetup, cmd, map[string]string{"command": cmd, "exitCode": fmt.Sprint(res.ExitCode)})
 		// A failing setup command does not fail the create, but the
 		// commands after it assume it worked, so they are not run.
 		if res.ExitCode != 0 {
@@ -229,7 +238,8 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 		return fail(fmt.Errorf("record sandbox: %w", err))
 	}
 	log.Info("sandbox created", "image", image)
-	return sb, nil
+	m.Event(ctx, sb.ID, wire.SandboxEventCreated, "", map[string]string{"image": image})
+	return m.withDeadlines(sb), nil
 }
 
 // waitAgent waits for the agent of a just-started box, and notices a box
@@ -257,6 +267,7 @@ func (m *Manager) waitAgent(ctx context.Context, id string, conn *agentconn.Conn
 // teardown removes everything a sandbox owns. It is idempotent.
 func (m *Manager) teardown(ctx context.Context, id string) error {
 	m.closeConn(id)
+	m.life.activity.forget(id)
 	var errs []error
 	if err := m.drv.Destroy(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("destroy box: %w", err))
@@ -275,12 +286,16 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 
 // Get returns one sandbox.
 func (m *Manager) Get(ctx context.Context, id string) (wire.Sandbox, error) {
-	return m.store.Get(ctx, id)
+	return m.withDeadlinesErr(m.store.Get(ctx, id))
 }
 
 // List returns the sandboxes that match f.
 func (m *Manager) List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error) {
-	return m.store.List(ctx, f)
+	list, err := m.store.List(ctx, f)
+	for i := range list {
+		list[i] = m.withDeadlines(list[i])
+	}
+	return list, err
 }
 
 // Count returns how many sandboxes exist.
@@ -304,6 +319,7 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		return err
 	}
 	m.log.Info("sandbox destroyed", "sandbox", id)
+	m.Event(ctx, id, wire.SandboxEventDestroyed, "", nil)
 	return nil
 }
 
@@ -316,12 +332,8 @@ func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
 	if err != nil {
 		return sb, err
 	}
-	switch sb.State {
-	case wire.StateRunning:
-		return sb, nil
-	case wire.StateStopped, wire.StateError:
-	default:
-		return sb, fmt.Errorf("sandbox %s is %s; only a stopped sandbox can be started: %w", id, sb.State, errdefs.ErrConflict)
+	if noop, err := checkTransition(id, sb.State, OpStart); err != nil || noop {
+		return m.withDeadlines(sb), err
 	}
 	ctx = context.WithoutCancel(ctx)
 	conn, err := m.listen(id)
@@ -335,7 +347,9 @@ func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
 		m.setError(ctx, id, err.Error())
 		return sb, err
 	}
-	return m.setState(ctx, sb, wire.StateRunning, "")
+	m.Touch(id)
+	m.Event(ctx, id, wire.SandboxEventStarted, "", nil)
+	return m.withDeadlinesErr(m.setState(ctx, sb, wire.StateRunning, ""))
 }
 
 // Stop stops a running sandbox, keeping its root filesystem and workspace.
@@ -346,12 +360,8 @@ func (m *Manager) Stop(ctx context.Context, id string) (wire.Sandbox, error) {
 	if err != nil {
 		return sb, err
 	}
-	switch sb.State {
-	case wire.StateStopped:
-		return sb, nil
-	case wire.StateRunning, wire.StatePaused, wire.StateError:
-	default:
-		return sb, fmt.Errorf("sandbox %s is %s and cannot be stopped: %w", id, sb.State, errdefs.ErrConflict)
+	if noop, err := checkTransition(id, sb.State, OpStop); err != nil || noop {
+		return m.withDeadlines(sb), err
 	}
 	ctx = context.WithoutCancel(ctx)
 	if p, ok := m.drv.(driver.Pauser); ok && sb.State == wire.StatePaused {
@@ -362,7 +372,8 @@ func (m *Manager) Stop(ctx context.Context, id string) (wire.Sandbox, error) {
 	if err := m.drv.Stop(ctx, id, m.opts.StopTimeout); err != nil {
 		return sb, fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
-	return m.setState(ctx, sb, wire.StateStopped, "")
+	m.Event(ctx, id, wire.SandboxEventStopped, "", nil)
+	return m.withDeadlinesErr(m.setState(ctx, sb, wire.StateStopped, ""))
 }
 
 func (m *Manager) setState(ctx context.Context, sb wire.Sandbox, st wire.State, reason string) (wire.Sandbox, error) {
@@ -383,6 +394,7 @@ func (m *Manager) setError(ctx context.Context, id, reason string) {
 	if _, err := m.setState(ctx, sb, wire.StateError, reason); err != nil {
 		m.log.Error("record error state", "sandbox", id, "err", err)
 	}
+	m.Event(ctx, id, wire.SandboxEventError, reason, nil)
 }
 
 // Agent returns the agent connection of a running sandbox.
@@ -391,8 +403,8 @@ func (m *Manager) Agent(ctx context.Context, id string) (*agentconn.Conn, error)
 	if err != nil {
 		return nil, err
 	}
-	if sb.State != wire.StateRunning {
-		return nil, fmt.Errorf("sandbox %s is %s; start it first: %w", id, sb.State, errdefs.ErrConflict)
+	if _, err := checkTransition(id, sb.State, OpUse); err != nil {
+		return nil, err
 	}
 	m.mu.Lock()
 	c, ok := m.conns[id]
@@ -408,6 +420,9 @@ func (m *Manager) Agent(ctx context.Context, id string) (*agentconn.Conn, error)
 // that was cut short is rolled back; a record whose box vanished becomes
 // an error.
 func (m *Manager) Recover(ctx context.Context) error {
+	if err := m.ensureInstance(); err != nil {
+		return err
+	}
 	recs, err := m.store.List(ctx, store.Filter{})
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
@@ -419,6 +434,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			if err := m.teardown(ctx, sb.ID); err != nil {
 				log.Error("roll back unfinished create", "err", err)
 			}
+			m.Event(ctx, sb.ID, wire.SandboxEventDestroyed, "rolled back a create the daemon did not finish", nil)
 			continue
 		}
 		st, err := m.drv.Inspect(ctx, sb.ID)
@@ -429,6 +445,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			if sb.State != wire.StateError {
 				log.Warn("box of sandbox vanished")
 				_, _ = m.setState(ctx, sb, wire.StateError, "its container vanished while the daemon was away")
+				m.Event(ctx, sb.ID, wire.SandboxEventError, "its container vanished while the daemon was away", nil)
 			}
 			continue
 		}
@@ -447,9 +464,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 				reason = "killed: out of memory"
 			}
 			_, _ = m.setState(ctx, sb, want, reason)
+			m.Event(ctx, sb.ID, wire.SandboxEventRecovered, fmt.Sprintf("was %s, found %s", sb.State, want), map[string]string{"reason": reason})
+		} else {
+			m.Event(ctx, sb.ID, wire.SandboxEventRecovered, "re-adopted "+string(want), nil)
 		}
 	}
-	return nil
+	return m.afterRecover(ctx)
 }
 
 // Close ends every agent session without touching the boxes: they keep

@@ -30,6 +30,23 @@ var migrations = []string{
 		PRIMARY KEY (sandbox_id, key)
 	) WITHOUT ROWID;
 	CREATE INDEX sandbox_labels_key_value ON sandbox_labels (key, value, sandbox_id);`,
+	// 2: the per-sandbox event log (no foreign key: a sandbox's events,
+	// "destroyed" last, outlive its record for a while) and the last
+	// activity of each sandbox, written apart from the document so that the
+	// reaper's frequent writes never race a lifecycle change of the doc.
+	`CREATE TABLE sandbox_events (
+		seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+		sandbox_id TEXT NOT NULL,
+		type       TEXT NOT NULL,
+		at         INTEGER NOT NULL,
+		message    TEXT NOT NULL,
+		fields     TEXT NOT NULL
+	);
+	CREATE INDEX sandbox_events_sandbox ON sandbox_events (sandbox_id, seq);
+	CREATE TABLE sandbox_activity (
+		sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes (id) ON DELETE CASCADE,
+		at         INTEGER NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // SchemaVersion is the schema version this binary writes.

@@ -41,6 +41,8 @@ type CreateSandboxRequest struct {
 	Setup   []string          `json:"setup,omitempty"`
 	// SetupTimeoutMs bounds each setup command; 0 means the daemon default.
 	SetupTimeoutMs int64 `json:"setupTimeoutMs,omitempty"`
+	// Timeouts: idle timeout and maximum lifetime; absent means the daemon defaults.
+	Timeouts *Timeouts `json:"timeouts,omitempty"`
 }
 
 // SetupResult records one setup command run at create.
@@ -75,6 +77,8 @@ type Sandbox struct {
 	Error     string            `json:"error,omitempty"`
 	CreatedAt time.Time         `json:"createdAt"`
 	UpdatedAt time.Time         `json:"updatedAt"`
+	// Timeouts are the idle timeout and lifetime in force, with deadlines.
+	Timeouts *SandboxTimeouts `json:"timeouts,omitempty"`
 
 	// PublicPorts are the ports whose preview needs no token
 	// (POST /v1/sandboxes/{id}/ports/{port}/public).

@@ -73,7 +73,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if spec.Persist {
 		// Not :=, the deferred cleanup below must see Create's result.
 		var created bool
-		if created, err = d.ensureWorkspace(ctx, spec.ID); err != nil {
+		if created, err = d.ensureWorkspace(ctx, spec.ID, spec.Instance); err != nil {
 			return fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 		}
 		if created {
@@ -120,6 +120,9 @@ func containerConfig(spec driver.Spec) (*container.Config, *container.HostConfig
 		return nil, nil, err
 	}
 	labels := managedLabels(spec.ID)
+	if spec.Instance != "" {
+		labels[driver.LabelInstance] = spec.Instance
+	}
 	for k, v := range spec.Labels {
 		if k == "" {
 			return nil, nil, errdefs.Invalid("labels", "label key is empty")

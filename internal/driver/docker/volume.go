@@ -6,12 +6,14 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/hotcell/hotcell/internal/driver"
 )
 
 // ensureWorkspace makes sure sandbox id's workspace volume exists. created
 // reports whether this call made it: only then may a failed Create remove it,
 // because an existing volume can hold a workspace someone still wants.
-func (d *Driver) ensureWorkspace(ctx context.Context, id string) (created bool, err error) {
+func (d *Driver) ensureWorkspace(ctx context.Context, id, instance string) (created bool, err error) {
 	name := VolumeName(id)
 	_, err = d.c.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
 	switch {
@@ -20,10 +22,14 @@ func (d *Driver) ensureWorkspace(ctx context.Context, id string) (created bool, 
 	case !cerrdefs.IsNotFound(err):
 		return false, classify("inspect volume "+name, err)
 	}
+	labels := managedLabels(id)
+	if instance != "" {
+		labels[driver.LabelInstance] = instance
+	}
 	if _, err := d.c.VolumeCreate(ctx, client.VolumeCreateOptions{
 		Name:   name,
 		Driver: "local",
-		Labels: managedLabels(id),
+		Labels: labels,
 	}); err != nil {
 		return false, classify("create volume "+name, err)
 	}

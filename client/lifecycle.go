@@ -1,0 +1,215 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Lifecycle shapes.
+type (
+	Timeouts           = wire.Timeouts
+	SandboxTimeouts    = wire.SandboxTimeouts
+	SetTimeoutsRequest = wire.SetTimeoutsRequest
+	SandboxEvent       = wire.SandboxEvent
+	SandboxEventList   = wire.SandboxEventList
+)
+
+// Timeout actions.
+const (
+	ActionStop    = wire.ActionStop
+	ActionPause   = wire.ActionPause
+	ActionDestroy = wire.ActionDestroy
+)
+
+// PauseSandbox freezes a running sandbox with its memory.
+func (c *Client) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
+	return c.sandboxOp(ctx, "pause sandbox", id, "/pause", nil)
+}
+
+// ResumeSandbox thaws a paused sandbox; it returns once its agent answers.
+func (c *Client) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) {
+	return c.sandboxOp(ctx, "resume sandbox", id, "/resume", nil)
+}
+
+// SetTimeouts changes a sandbox's idle timeout or lifetime, or extends the
+// lifetime (ExtendSeconds). Nil fields keep their value.
+func (c *Client) SetTimeouts(ctx context.Context, id string, req SetTimeoutsRequest) (Sandbox, error) {
+	return c.sandboxOp(ctx, "set timeouts of sandbox", id, "/timeouts", req)
+}
+
+func (c *Client) sandboxOp(ctx context.Context, op, id, rest string, in any) (Sandbox, error) {
+	op += " " + id
+	var out Sandbox
+	if err := checkID(op, id); err != nil {
+		return out, err
+	}
+	r := request{op: op, method: http.MethodPost, path: sandboxPath(id, rest)}
+	if in == nil {
+		r.body = http.NoBody
+	}
+	err := c.doJSON(ctx, r, in, &out)
+	return out, err
+}
+
+// EventsOptions select events. Since is the last Seq already seen.
+type EventsOptions struct {
+	Since int64
+	Limit int
+}
+
+func (o EventsOptions) query(follow bool) map[string][]string {
+	q := map[string][]string{}
+	if o.Since > 0 {
+		q["since"] = []string{strconv.FormatInt(o.Since, 10)}
+	}
+	if o.Limit > 0 && !follow {
+		q["limit"] = []string{strconv.Itoa(o.Limit)}
+	}
+	if follow {
+		q["follow"] = []string{"true"}
+	}
+	return q
+}
+
+// SandboxEvents returns a sandbox's event log, oldest first.
+func (c *Client) SandboxEvents(ctx context.Context, id string, opts EventsOptions) ([]SandboxEvent, error) {
+	op := "list events of sandbox " + id
+	if err := checkID(op, id); err != nil {
+		return nil, err
+	}
+	var out SandboxEventList
+	err := c.doJSON(ctx, request{op: op, method: http.MethodGet, path: sandboxPath(id, "/events"), query: opts.query(false)}, nil, &out)
+	return out.Events, err
+}
+
+// HostEvents returns the event logs of every sandbox, merged in Seq order.
+func (c *Client) HostEvents(ctx context.Context, opts EventsOptions) ([]SandboxEvent, error) {
+	var out SandboxEventList
+	err := c.doJSON(ctx, request{op: "list events", method: http.MethodGet, path: "/v1/events", query: opts.query(false)}, nil, &out)
+	return out.Events, err
+}
+
+// FollowSandboxEvents streams a sandbox's events: the backlog after
+// opts.Since, then new ones. The stream ends with io.EOF after the sandbox
+// is destroyed or the daemon shuts down.
+func (c *Client) FollowSandboxEvents(ctx context.Context, id string, opts EventsOptions) (*EventStream, error) {
+	op := "follow events of sandbox " + id
+	if err := checkID(op, id); err != nil {
+		return nil, err
+	}
+	return c.followEvents(ctx, op, sandboxPath(id, "/events"), opts)
+}
+
+// FollowHostEvents streams the events of every sandbox.
+func (c *Client) FollowHostEvents(ctx context.Context, opts EventsOptions) (*EventStream, error) {
+	return c.followEvents(ctx, "follow events", "/v1/events", opts)
+}
+
+func (c *Client) followEvents(ctx context.Context, op, path string, opts EventsOptions) (*EventStream, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	s := &EventStream{op: op, cancel: cancel, idleD: c.streamIdle}
+	if s.idleD > 0 {
+		s.idle = time.AfterFunc(s.idleD, func() {
+			s.mu.Lock()
+			s.idleHit = true
+			s.mu.Unlock()
+			cancel()
+		})
+	}
+	resp, err := c.do(sctx, request{op: op, method: http.MethodGet, path: path, query: opts.query(true)})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.body = resp.Body
+	s.sc = bufio.NewScanner(resp.Body)
+	s.sc.Buffer(make([]byte, 0, 16<<10), 1<<20)
+	return s, nil
+}
+
+// EventStream is a followed event log. Next skips keepalives. It is not
+// safe for concurrent use, but Close may be called from anywhere.
+type EventStream struct {
+	op     string
+	body   io.ReadCloser
+	sc     *bufio.Scanner
+	cancel context.CancelFunc
+	idle   *time.Timer
+	idleD  time.Duration
+
+	mu      sync.Mutex
+	idleHit bool
+	done    bool
+	once    sync.Once
+}
+
+// Next returns the next event. It returns io.EOF after the stream's end
+// line, and an error if the stream broke or went silent (no keepalive) for
+// longer than the client's stream idle timeout.
+func (s *EventStream) Next() (SandboxEvent, error) {
+	if s.done {
+		return SandboxEvent{}, io.EOF
+	}
+	for s.sc.Scan() {
+		if s.idle != nil {
+			s.idle.Reset(s.idleD)
+		}
+		line := bytes.TrimSpace(s.sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var ev SandboxEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			s.Close()
+			return ev, fmt.Errorf("%s: decode event: %w", s.op, err)
+		}
+		switch ev.Type {
+		case wire.SandboxEventKeepalive:
+			continue
+		case wire.SandboxEventEnd:
+			s.done = true
+			s.Close()
+			return SandboxEvent{}, io.EOF
+		case wire.EventError:
+			s.Close()
+			return ev, fmt.Errorf("%s: %s", s.op, ev.Message)
+		}
+		return ev, nil
+	}
+	err := s.sc.Err()
+	s.mu.Lock()
+	idle := s.idleHit
+	s.mu.Unlock()
+	s.Close()
+	if idle {
+		return SandboxEvent{}, fmt.Errorf("%s: no event or keepalive for %s: %w", s.op, s.idleD, ErrDeadlineExceeded)
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return SandboxEvent{}, fmt.Errorf("%s: stream ended without an end line: %w", s.op, err)
+}
+
+// Close ends the stream and releases its connection.
+func (s *EventStream) Close() error {
+	s.once.Do(func() {
+		if s.idle != nil {
+			s.idle.Stop()
+		}
+		s.cancel()
+		if s.body != nil {
+			s.body.Close()
+		}
+	})
+	return nil
+}

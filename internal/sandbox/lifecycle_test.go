@@ -1,0 +1,439 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/agent"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+func TestTransitions(t *testing.T) {
+	t.Parallel()
+	all := []wire.State{wire.StateCreating, wire.StateRunning, wire.StatePaused, wire.StateStopped, wire.StateError, wire.StateDestroyed}
+	// want: "ok", "noop" or "409" for each op from each state, in all's order.
+	tests := map[Op][]string{
+		OpStart:   {"409", "noop", "409", "ok", "ok", "409"},
+		OpStop:    {"409", "ok", "ok", "noop", "ok", "409"},
+		OpPause:   {"409", "ok", "noop", "409", "409", "409"},
+		OpResume:  {"409", "noop", "ok", "409", "409", "409"},
+		OpDestroy: {"ok", "ok", "ok", "ok", "ok", "noop"},
+		OpUse:     {"409", "ok", "409", "409", "409", "409"},
+	}
+	for op, wants := range tests {
+		for i, st := range all {
+			noop, err := checkTransition("sb1", st, op)
+			got := "ok"
+			switch {
+			case err != nil:
+				got = "409"
+				if !errors.Is(err, errdefs.ErrConflict) {
+					t.Errorf("%s from %s: error %v is not a conflict", op, st, err)
+				}
+				if !strings.Contains(err.Error(), "sandbox sb1 is "+string(st)+";") {
+					t.Errorf("%s from %s: error %q does not name the state", op, st, err)
+				}
+			case noop:
+				got = "noop"
+			}
+			if got != wants[i] {
+				t.Errorf("%s from %s: got %s, want %s", op, st, got, wants[i])
+			}
+		}
+	}
+	_, err := checkTransition("x", wire.StateStopped, OpPause)
+	if want := "sandbox x is stopped; only a running sandbox can be paused"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("pause of a stopped sandbox: got %v, want %q", err, want)
+	}
+	_, err = checkTransition("x", wire.StatePaused, OpUse)
+	if want := "sandbox x is paused; resume it first"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("exec in a paused sandbox: got %v, want %q", err, want)
+	}
+}
+
+func TestValidateTimeouts(t *testing.T) {
+	t.Parallel()
+	neg, big, bad := int64(-1), int64(maxTimeoutSeconds+1), "explode"
+	tests := []struct {
+		name  string
+		t     *wire.Timeouts
+		req   *wire.SetTimeoutsRequest
+		field string
+	}{
+		{"nil", nil, nil, ""},
+		{"ok", &wire.Timeouts{IdleSeconds: 5, IdleAction: "pause", MaxLifetimeSeconds: 60, LifetimeAction: "destroy"}, nil, ""},
+		{"negative idle", &wire.Timeouts{IdleSeconds: -1}, nil, "timeouts.idleSeconds"},
+		{"bad idle action", &wire.Timeouts{IdleAction: "kill"}, nil, "timeouts.idleAction"},
+		{"huge lifetime", &wire.Timeouts{MaxLifetimeSeconds: big}, nil, "timeouts.maxLifetimeSeconds"},
+		{"bad lifetime action", &wire.Timeouts{LifetimeAction: "Stop"}, nil, "timeouts.lifetimeAction"},
+		{"empty set", nil, &wire.SetTimeoutsRequest{}, "body"},
+		{"negative extend", nil, &wire.SetTimeoutsRequest{ExtendSeconds: &neg}, "extendSeconds"},
+		{"bad action set", nil, &wire.SetTimeoutsRequest{IdleAction: &bad}, "idleAction"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.req != nil {
+				err = ValidateSetTimeouts(*tc.req)
+			} else {
+				err = ValidateTimeouts("timeouts", tc.t)
+			}
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("got %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), tc.field+": ") {
+				t.Fatalf("got %v, want an invalid-argument error naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// fakeDriver is an in-memory backend whose boxes run a real agent in this
+// process, dialing the run dir's socket like a sandbox's agent does.
+type fakeDriver struct {
+	t       *testing.T
+	mu      sync.Mutex
+	boxes   map[string]*fakeBox
+	down    bool
+	started []string
+}
+
+type fakeBox struct {
+	spec   driver.Spec
+	state  driver.BoxState
+	cancel context.CancelFunc
+	oom    bool
+}
+
+var (
+	_ driver.Driver         = (*fakeDriver)(nil)
+	_ driver.Pauser         = (*fakeDriver)(nil)
+	_ driver.InstanceLister = (*fakeDriver)(nil)
+)
+
+func newFakeDriver(t *testing.T) *fakeDriver {
+	d := &fakeDriver{t: t, boxes: map[string]*fakeBox{}}
+	t.Cleanup(func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, b := range d.boxes {
+			if b.cancel != nil {
+				b.cancel()
+			}
+		}
+	})
+	return d
+}
+
+func (d *fakeDriver) Info(ctx context.Context) (driver.Info, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.down {
+		return driver.Info{}, errdefs.ErrUnavailable
+	}
+	return driver.Info{Name: "fake"}, nil
+}
+func (d *fakeDriver) EnsureImage(context.Context, string, driver.Progress) error { return nil }
+func (d *fakeDriver) Create(ctx context.Context, spec driver.Spec) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.boxes[spec.ID] = &fakeBox{spec: spec, state: driver.BoxStopped}
+	return nil
+}
+func (d *fakeDriver) Start(ctx context.Context, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.boxes[id]
+	if !ok {
+		return errdefs.ErrNotFound
+	}
+	d.started = append(d.started, id)
+	if b.state == driver.BoxRunning {
+		return nil
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	b.cancel, b.state = cancel, driver.BoxRunning
+	sock := filepath.Join(b.spec.HostRunDir, driver.AgentSocket)
+	h := agent.NewHandler(agent.Options{Workspace: d.t.TempDir()})
+	go func() { _ = agent.Run(actx, sock, h, slog.New(slog.DiscardHandler)) }()
+	return nil
+}
+func (d *fakeDriver) Stop(ctx context.Context, id string, _ time.Duration) error {
+	d.kill(id, false)
+	return nil
+}
+
+// kill stops a box as if behind the daemon's back.
+func (d *fakeDriver) kill(id string, oom bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b, ok := d.boxes[id]; ok {
+		if b.cancel != nil {
+			b.cancel()
+		}
+		b.state, b.oom = driver.BoxStopped, oom
+	}
+}
+func (d *fakeDriver) Destroy(ctx context.Context, id string) error {
+	d.kill(id, false)
+	d.mu.Lock()
+	delete(d.boxes, id)
+	d.mu.Unlock()
+	return nil
+}
+func (d *fakeDriver) Inspect(ctx context.Context, id string) (driver.Status, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.boxes[id]
+	if !ok {
+		return driver.Status{ID: id, State: driver.BoxMissing}, nil
+	}
+	return driver.Status{ID: id, State: b.state, OOMKilled: b.oom, ExitCode: 137}, nil
+}
+func (d *fakeDriver) List(ctx context.Context) ([]driver.Status, error) { return nil, nil }
+func (d *fakeDriver) Pause(ctx context.Context, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.boxes[id].state = driver.BoxPaused
+	return nil
+}
+func (d *fakeDriver) Unpause(ctx context.Context, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.boxes[id].state = driver.BoxRunning
+	return nil
+}
+func (d *fakeDriver) ListOwned(ctx context.Context, instance string) ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ids []string
+	for id, b := range d.boxes {
+		if b.spec.Instance == instance {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+func newTestManager(t *testing.T, lo LifecycleOptions) (*Manager, *fakeDriver, *store.Store) {
+	t.Helper()
+	// Short: the agent socket path must fit in 108 bytes.
+	dir, err := os.MkdirTemp("/tmp", "hcsb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := store.Open(t.Context(), filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	drv := newFakeDriver(t)
+	m := New(drv, st, Options{DataDir: dir, AgentBinary: "/bin/true", ReadyTimeout: 5 * time.Second,
+		Log: slog.New(slog.DiscardHandler), Lifecycle: lo})
+	t.Cleanup(m.Close)
+	if err := m.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return m, drv, st
+}
+
+func eventTypes(t *testing.T, m *Manager, id string) []string {
+	t.Helper()
+	evs, err := m.Events(t.Context(), id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func TestPauseResumeAndEvents(t *testing.T) {
+	t.Parallel()
+	m, _, _ := newTestManager(t, LifecycleOptions{})
+	ctx := t.Context()
+	sb, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Resume(ctx, sb.ID); err != nil {
+		t.Fatalf("resume of a running sandbox should be a no-op: %v", err)
+	}
+	if got, err := m.Pause(ctx, sb.ID); err != nil || got.State != wire.StatePaused {
+		t.Fatalf("pause: got %v, %v", got.State, err)
+	}
+	if _, err := m.Agent(ctx, sb.ID); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "is paused") {
+		t.Fatalf("agent of a paused sandbox: got %v, want a conflict naming the state", err)
+	}
+	if _, err := m.Start(ctx, sb.ID); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("start of a paused sandbox: got %v, want conflict", err)
+	}
+	if got, err := m.Resume(ctx, sb.ID); err != nil || got.State != wire.StateRunning {
+		t.Fatalf("resume: got %v, %v", got.State, err)
+	}
+	if _, err := m.Stop(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Pause(ctx, sb.ID); err == nil || !strings.Contains(err.Error(), "is stopped; only a running sandbox can be paused") {
+		t.Fatalf("pause of a stopped sandbox: got %v", err)
+	}
+	if err := m.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(eventTypes(t, m, sb.ID), ",")
+	if want := "created,paused,resumed,stopped,destroyed"; got != want {
+		t.Errorf("events: got %s, want %s", got, want)
+	}
+}
+
+func TestReconcileBehindTheBack(t *testing.T) {
+	t.Parallel()
+	m, drv, _ := newTestManager(t, LifecycleOptions{OrphanGrace: time.Hour})
+	ctx := t.Context()
+	killed, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
+	oom, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
+	removed, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
+	drv.kill(killed.ID, false)
+	drv.kill(oom.ID, true)
+	_ = drv.Destroy(ctx, removed.ID)
+	m.reconcile(ctx)
+	for _, tc := range []struct {
+		id, reason, event string
+		state             wire.State
+	}{
+		{killed.ID, "exited with code 137 behind the daemon's back", wire.SandboxEventStopped, wire.StateStopped},
+		{oom.ID, "out of memory", wire.SandboxEventOOMKilled, wire.StateStopped},
+		{removed.ID, "removed behind the daemon's back", wire.SandboxEventError, wire.StateError},
+	} {
+		sb, err := m.Get(ctx, tc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State != tc.state || !strings.Contains(sb.Error, tc.reason) {
+			t.Errorf("%s: got %s %q, want %s with %q", tc.id, sb.State, sb.Error, tc.state, tc.reason)
+		}
+		evs := eventTypes(t, m, tc.id)
+		if evs[len(evs)-1] != tc.event {
+			t.Errorf("%s: events %v, want last %s", tc.id, evs, tc.event)
+		}
+	}
+}
+
+func TestReconcileEngineRestart(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{EngineRestartRestart, EngineRestartMark} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			m, drv, _ := newTestManager(t, LifecycleOptions{EngineRestartPolicy: policy})
+			ctx := t.Context()
+			sb, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The engine goes away, taking the box down with it, and comes back.
+			drv.mu.Lock()
+			drv.down = true
+			drv.mu.Unlock()
+			drv.kill(sb.ID, false)
+			m.reconcile(ctx)
+			drv.mu.Lock()
+			drv.down = false
+			drv.mu.Unlock()
+			m.reconcile(ctx)
+			got, _ := m.Get(ctx, sb.ID)
+			switch policy {
+			case EngineRestartRestart:
+				if got.State != wire.StateRunning {
+					t.Fatalf("got %s (%s), want running again", got.State, got.Error)
+				}
+				if _, err := m.Agent(ctx, sb.ID); err != nil {
+					t.Fatalf("agent after the restart: %v", err)
+				}
+			case EngineRestartMark:
+				if got.State != wire.StateStopped || !strings.Contains(got.Error, "engine restarted") {
+					t.Fatalf("got %s %q, want stopped because the engine restarted", got.State, got.Error)
+				}
+			}
+		})
+	}
+}
+
+func TestOrphans(t *testing.T) {
+	t.Parallel()
+	m, drv, _ := newTestManager(t, LifecycleOptions{OrphanGrace: 50 * time.Millisecond})
+	ctx := t.Context()
+	own := driver.Spec{ID: "orphan1", Instance: m.Instance()}
+	other := driver.Spec{ID: "other1", Instance: "0123456789abcdef"}
+	_ = drv.Create(ctx, own)
+	_ = drv.Create(ctx, other)
+	m.reconcileOrphans(ctx, time.Now())
+	if st, _ := drv.Inspect(ctx, "orphan1"); st.State == driver.BoxMissing {
+		t.Fatal("orphan removed before its grace")
+	}
+	m.reconcileOrphans(ctx, time.Now().Add(time.Second))
+	if st, _ := drv.Inspect(ctx, "orphan1"); st.State != driver.BoxMissing {
+		t.Fatal("orphan not removed after its grace")
+	}
+	if st, _ := drv.Inspect(ctx, "other1"); st.State == driver.BoxMissing {
+		t.Fatal("removed a box of another instance")
+	}
+	if got := strings.Join(eventTypes(t, m, "orphan1"), ","); got != "orphan-found,orphan-removed" {
+		t.Errorf("events: got %s", got)
+	}
+}
+
+func TestIdleAndLifetime(t *testing.T) {
+	t.Parallel()
+	m, _, st := newTestManager(t, LifecycleOptions{})
+	ctx := t.Context()
+	idle, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Timeouts: &wire.Timeouts{IdleSeconds: 1}}, nil)
+	busy, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Timeouts: &wire.Timeouts{IdleSeconds: 1, IdleAction: "pause"}}, nil)
+	life, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Timeouts: &wire.Timeouts{MaxLifetimeSeconds: 1}}, nil)
+	if idle.Timeouts.IdleDeadline == nil || life.Timeouts.ExpiresAt == nil {
+		t.Fatalf("deadlines missing: %+v %+v", idle.Timeouts, life.Timeouts)
+	}
+	end := m.Begin(busy.ID)
+	later := time.Now().Add(2 * time.Second)
+	m.reap(ctx, later.UTC())
+	m.life.wg.Wait()
+	for id, want := range map[string]wire.State{idle.ID: wire.StateStopped, busy.ID: wire.StateRunning} {
+		if got, _ := m.Get(ctx, id); got.State != want {
+			t.Errorf("%s: got %s, want %s", id, got.State, want)
+		}
+	}
+	if _, err := m.Get(ctx, life.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("lifetime destroy: got %v, want not found", err)
+	}
+	end()
+	// Activity reached the store, so a new daemon sees it.
+	act, err := st.Activity(ctx)
+	if err != nil || act[busy.ID].IsZero() {
+		t.Errorf("persisted activity of the busy sandbox: %v, %v", act, err)
+	}
+	m.reap(ctx, time.Now().Add(3*time.Second).UTC())
+	m.life.wg.Wait()
+	if got, _ := m.Get(ctx, busy.ID); got.State != wire.StatePaused {
+		t.Errorf("busy sandbox once idle: got %s, want paused", got.State)
+	}
+	evs, _ := m.Events(ctx, busy.ID, 0, 0)
+	last := evs[len(evs)-2]
+	if last.Type != wire.SandboxEventTimedOut || last.Fields["timeout"] != "idle" || last.Fields["action"] != "pause" {
+		t.Errorf("timed-out event: got %+v", last)
+	}
+}

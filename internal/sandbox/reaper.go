@@ -1,0 +1,240 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// eventRetention is how long the event log of a destroyed sandbox stays.
+const eventRetention = 24 * time.Hour
+
+// StartBackground starts the reaper (timeouts) and the reconciler (orphans,
+// boxes changed behind the daemon's back, engine restarts). Call it after
+// Recover; the returned stop ends them and waits for actions in flight.
+func (m *Manager) StartBackground() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := m.life
+	kick := make(chan struct{}, 1)
+	l.wg.Add(3)
+	go func() {
+		defer l.wg.Done()
+		m.reapLoop(ctx)
+	}()
+	go func() {
+		defer l.wg.Done()
+		m.reconcileLoop(ctx, kick)
+	}()
+	go func() {
+		defer l.wg.Done()
+		m.watchBackend(ctx, kick)
+	}()
+	return func() {
+		cancel()
+		l.wg.Wait()
+	}
+}
+
+func (m *Manager) reapLoop(ctx context.Context) {
+	if es, ok := m.store.(EventStore); ok {
+		// Activity persisted by an earlier daemon: deadlines carry across
+		// restarts.
+		if act, err := es.Activity(ctx); err == nil {
+			for id, at := range act {
+				m.life.activity.touch(id, at)
+			}
+			m.life.activity.unpersisted(0)
+		}
+	}
+	tick := time.NewTicker(m.life.opts.ReapInterval)
+	defer tick.Stop()
+	lastPrune := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			m.flushActivity(context.Background(), nil)
+			return
+		case now := <-tick.C:
+			m.reap(ctx, now.UTC())
+			if now.Sub(lastPrune) > time.Hour {
+				lastPrune = now
+				if es, ok := m.store.(EventStore); ok {
+					if _, err := es.PruneEvents(ctx, now.Add(-eventRetention)); err != nil {
+						m.log.Warn("prune event logs", "err", err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// flushActivity persists activity that moved by more than the flush
+// interval; known, when not nil, limits it to sandboxes with a record.
+func (m *Manager) flushActivity(ctx context.Context, known map[string]bool) {
+	es, ok := m.store.(EventStore)
+	if !ok {
+		return
+	}
+	flush := m.life.opts.ActivityFlush
+	if known == nil {
+		flush = 0
+	}
+	for id, at := range m.life.activity.unpersisted(flush) {
+		if known != nil && !known[id] {
+			m.life.activity.forget(id)
+			continue
+		}
+		if err := es.SetActivity(ctx, id, at); err != nil {
+			m.log.Warn("persist activity", "sandbox", id, "err", err)
+		}
+	}
+}
+
+// reap fires the timeouts that are due.
+func (m *Manager) reap(ctx context.Context, now time.Time) {
+	recs, err := m.store.List(ctx, store.Filter{})
+	if err != nil {
+		m.log.Warn("reaper: list sandboxes", "err", err)
+		return
+	}
+	known := make(map[string]bool, len(recs))
+	for _, sb := range recs {
+		known[sb.ID] = true
+		if m.life.activity.busy(sb.ID) {
+			// Busy counts as activity all along, also for a later daemon.
+			m.life.activity.touch(sb.ID, now)
+		}
+	}
+	m.flushActivity(ctx, known)
+	for _, sb := range recs {
+		kind, action, ok := m.due(sb, now)
+		if !ok {
+			continue
+		}
+		l := m.life
+		l.mu.Lock()
+		if l.acting[sb.ID] {
+			l.mu.Unlock()
+			continue
+		}
+		l.acting[sb.ID] = true
+		l.mu.Unlock()
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() {
+				l.mu.Lock()
+				delete(l.acting, sb.ID)
+				l.mu.Unlock()
+			}()
+			m.fire(ctx, sb, kind, action, now)
+		}()
+	}
+}
+
+// due says whether a timeout of sb fires at now, which, and its action.
+func (m *Manager) due(sb wire.Sandbox, now time.Time) (kind, action string, ok bool) {
+	t := sb.Timeouts
+	if t == nil || sb.State == wire.StateCreating {
+		return "", "", false
+	}
+	if t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) {
+		return "lifetime", t.LifetimeAction, true
+	}
+	if t.IdleSeconds > 0 && sb.State == wire.StateRunning && !m.life.activity.busy(sb.ID) {
+		if !now.Before(m.lastActivity(sb).Add(time.Duration(t.IdleSeconds) * time.Second)) {
+			return "idle", t.IdleAction, true
+		}
+	}
+	return "", "", false
+}
+
+// fire applies a timeout's action. A lifetime fires once: its deadline is
+// cleared, so a sandbox started again afterwards runs until its lifetime is
+// extended or set anew.
+func (m *Manager) fire(ctx context.Context, sb wire.Sandbox, kind, action string, now time.Time) {
+	log := m.log.With("sandbox", sb.ID, "timeout", kind, "action", action)
+	if kind == "idle" && m.keepAliveRunning(ctx, sb.ID) {
+		// A keepAlive process holds the sandbox up: that is activity.
+		m.Touch(sb.ID)
+		return
+	}
+	// The record may have moved on since the reaper listed it (a call came
+	// in, the sandbox was stopped): only a timeout still due fires.
+	fresh, err := m.store.Get(ctx, sb.ID)
+	if err != nil {
+		return
+	}
+	if k, _, ok := m.due(fresh, now); !ok || k != kind {
+		return
+	}
+	sb = fresh
+	if kind == "lifetime" && action != wire.ActionDestroy {
+		if err := m.clearExpiry(ctx, sb.ID); err != nil {
+			log.Error("clear expired lifetime", "err", err)
+			return
+		}
+	}
+	secs := sb.Timeouts.IdleSeconds
+	if kind == "lifetime" {
+		secs = sb.Timeouts.MaxLifetimeSeconds
+	}
+	log.Info("timeout fired")
+	m.Event(ctx, sb.ID, wire.SandboxEventTimedOut, fmt.Sprintf("%s timeout of %ds: %s", kind, secs, action),
+		map[string]string{"timeout": kind, "action": action})
+	switch action {
+	case wire.ActionStop:
+		_, err = m.Stop(ctx, sb.ID)
+	case wire.ActionPause:
+		if sb.State == wire.StateRunning {
+			_, err = m.Pause(ctx, sb.ID)
+		}
+	case wire.ActionDestroy:
+		err = m.Destroy(ctx, sb.ID)
+	}
+	if err != nil {
+		log.Error("timeout action failed", "err", err)
+		m.Event(ctx, sb.ID, wire.SandboxEventError, fmt.Sprintf("%s timeout: %s failed: %v", kind, action, err), nil)
+	}
+}
+
+func (m *Manager) clearExpiry(ctx context.Context, id string) error {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sb.Timeouts == nil {
+		return nil
+	}
+	sb.Timeouts.ExpiresAt = nil
+	return m.store.Put(ctx, sb)
+}
+
+// keepAliveRunning asks the agent whether a process started with keepAlive
+// still runs. An agent that cannot say (no processes API, not connected)
+// holds nothing up.
+func (m *Manager) keepAliveRunning(ctx context.Context, id string) bool {
+	conn, err := m.Agent(ctx, id)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var list wire.ProcessList
+	if err := conn.DoJSON(ctx, http.MethodGet, "/v1/processes", nil, &list); err != nil {
+		m.log.Debug("reaper: list keepAlive processes", "sandbox", id, "err", err)
+		return false
+	}
+	for _, p := range list.Processes {
+		if p.KeepAlive && p.State == wire.ProcessRunning {
+			return true
+		}
+	}
+	return false
+}

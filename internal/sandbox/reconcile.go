@@ -1,0 +1,316 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// instanceFile in the data dir holds the instance id: the label that marks
+// what this data dir's daemon owns on a backend several daemons may share.
+const instanceFile = "instance"
+
+var validInstance = regexp.MustCompile(`^[a-f0-9]{16,64}$`)
+
+// loadInstance returns the data dir's instance id, making one the first
+// time. It is written by rename so a crash never leaves half an id.
+func loadInstance(dataDir string) (string, error) {
+	p := filepath.Join(dataDir, instanceFile)
+	b, err := os.ReadFile(p)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if !validInstance.MatchString(id) {
+			return "", fmt.Errorf("read instance id %s: %q is not 16-64 hex digits; remove the file to make a new one (boxes labelled with the old id are then left alone)", p, id)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read instance id: %w", err)
+	}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	id := hex.EncodeToString(r[:])
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", fmt.Errorf("write instance id: %w", err)
+	}
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write instance id: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return "", fmt.Errorf("write instance id: %w", err)
+	}
+	return id, nil
+}
+
+// Instance returns this daemon's instance id (empty before Recover).
+func (m *Manager) Instance() string { return m.life.instance }
+
+// ensureInstance loads the instance id once; Recover calls it first, and
+// Create labels boxes with it.
+func (m *Manager) ensureInstance() error {
+	if m.life.instance != "" || m.opts.DataDir == "" {
+		return nil
+	}
+	id, err := loadInstance(m.opts.DataDir)
+	if err != nil {
+		return err
+	}
+	m.life.instance = id
+	return nil
+}
+
+// afterRecover is the part of Recover that goes beyond the records: the
+// orphans of this instance.
+func (m *Manager) afterRecover(ctx context.Context) error {
+	m.reconcileOrphans(ctx, time.Now().UTC())
+	return nil
+}
+
+// reconcileOrphans reports boxes and volumes of this instance that have no
+// record, and removes them once their grace is over.
+func (m *Manager) reconcileOrphans(ctx context.Context, now time.Time) {
+	lister, ok := m.drv.(driver.InstanceLister)
+	if !ok || m.life.instance == "" {
+		return
+	}
+	owned, err := lister.ListOwned(ctx, m.life.instance)
+	if err != nil {
+		m.log.Warn("reconcile: list owned boxes", "err", err)
+		return
+	}
+	l := m.life
+	seen := map[string]bool{}
+	for _, id := range owned {
+		if _, err := m.store.Get(ctx, id); err == nil {
+			continue
+		}
+		seen[id] = true
+		l.mu.Lock()
+		first, known := l.orphans[id]
+		if !known {
+			first = now
+			l.orphans[id] = now
+		}
+		l.mu.Unlock()
+		if !known {
+			m.log.Warn("found a box or volume of this daemon with no record", "sandbox", id, "grace", l.opts.OrphanGrace)
+			m.Event(ctx, id, wire.SandboxEventOrphanFound,
+				fmt.Sprintf("a box or volume with no record; removed after %s unless a record appears", l.opts.OrphanGrace), nil)
+		}
+		if now.Sub(first) < l.opts.OrphanGrace {
+			continue
+		}
+		// Under the sandbox's lock, and only if there still is no record:
+		// a create that made its record in between keeps its box.
+		func() {
+			unlock := m.lock(id)
+			defer unlock()
+			if _, err := m.store.Get(ctx, id); err == nil {
+				return
+			}
+			if err := m.drv.Destroy(ctx, id); err != nil {
+				m.log.Error("remove orphan", "sandbox", id, "err", err)
+				return
+			}
+			_ = os.RemoveAll(filepath.Join(m.opts.DataDir, "sandboxes", id))
+			m.log.Info("removed orphan", "sandbox", id)
+			m.Event(ctx, id, wire.SandboxEventOrphanRemoved, "removed a box and volume that had no record", nil)
+			l.mu.Lock()
+			delete(l.orphans, id)
+			l.mu.Unlock()
+		}()
+	}
+	l.mu.Lock()
+	for id := range l.orphans {
+		if !seen[id] {
+			delete(l.orphans, id)
+		}
+	}
+	l.mu.Unlock()
+}
+
+// reconcileLoop compares the records with the backend every few seconds
+// and at once when kicked (an engine event said a box died).
+func (m *Manager) reconcileLoop(ctx context.Context, kick <-chan struct{}) {
+	tick := time.NewTicker(m.life.opts.ReconcileInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-kick:
+		}
+		m.reconcile(ctx)
+	}
+}
+
+// reconcile notices an engine that went away and came back, boxes killed,
+// paused or removed behind the daemon's back, and orphans.
+func (m *Manager) reconcile(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err := m.drv.Info(pctx)
+	cancel()
+	l := m.life
+	if err != nil {
+		l.mu.Lock()
+		was := l.engineDown
+		l.engineDown = true
+		l.mu.Unlock()
+		if !was && ctx.Err() == nil {
+			m.log.Warn("the container engine does not answer; sandboxes are reconciled when it is back", "err", err)
+		}
+		return
+	}
+	l.mu.Lock()
+	restarted := l.engineDown
+	l.engineDown = false
+	l.mu.Unlock()
+	if restarted {
+		m.log.Info("the container engine is back; reconciling sandboxes", "policy", l.opts.EngineRestartPolicy)
+	}
+	recs, err := m.store.List(ctx, store.Filter{})
+	if err != nil {
+		m.log.Warn("reconcile: list sandboxes", "err", err)
+		return
+	}
+	for _, sb := range recs {
+		if sb.State != wire.StateRunning && sb.State != wire.StatePaused {
+			continue
+		}
+		m.reconcileOne(ctx, sb.ID, restarted)
+	}
+	m.reconcileOrphans(ctx, time.Now().UTC())
+}
+
+// lockNow takes sandbox id's lock only if nobody holds it: a sandbox in the
+// middle of an operation is reconciled next round.
+func (m *Manager) lockNow(id string) (func(), bool) {
+	m.mu.Lock()
+	lk, ok := m.locks[id]
+	if !ok {
+		m.mu.Unlock()
+		return m.lock(id), true
+	}
+	m.mu.Unlock()
+	if !lk.TryLock() {
+		return nil, false
+	}
+	return lk.Unlock, true
+}
+
+// reconcileOne brings one running or paused record in line with its box.
+func (m *Manager) reconcileOne(ctx context.Context, id string, engineRestarted bool) {
+	unlock, ok := m.lockNow(id)
+	if !ok {
+		return
+	}
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil || (sb.State != wire.StateRunning && sb.State != wire.StatePaused) {
+		return
+	}
+	st, err := m.drv.Inspect(ctx, id)
+	if err != nil {
+		return
+	}
+	log := m.log.With("sandbox", id)
+	switch {
+	case st.State == driver.BoxMissing:
+		reason := "its container was removed behind the daemon's back"
+		log.Warn("box vanished", "recorded", sb.State)
+		m.closeConn(id)
+		if _, err := m.setState(ctx, sb, wire.StateError, reason); err == nil {
+			m.Event(ctx, id, wire.SandboxEventError, reason, nil)
+		}
+	case st.State == driver.BoxStopped && engineRestarted && m.life.opts.EngineRestartPolicy == EngineRestartRestart:
+		log.Info("restarting a sandbox the engine restart stopped")
+		m.Event(ctx, id, wire.SandboxEventEngineRestart, "the container engine restarted; starting the sandbox again", nil)
+		conn, err := m.listen(id)
+		if err == nil {
+			if err = m.drv.Start(ctx, id); err == nil {
+				err = m.waitAgent(ctx, id, conn)
+			}
+		}
+		if err != nil {
+			reason := "the container engine restarted and the sandbox could not be started again: " + err.Error()
+			if _, serr := m.setState(ctx, sb, wire.StateError, reason); serr == nil {
+				m.Event(ctx, id, wire.SandboxEventError, reason, nil)
+			}
+			return
+		}
+		m.Touch(id)
+		if _, err := m.setState(ctx, sb, wire.StateRunning, ""); err == nil {
+			m.Event(ctx, id, wire.SandboxEventStarted, "started again after the container engine restarted", nil)
+		}
+	case st.State == driver.BoxStopped:
+		reason := fmt.Sprintf("its container exited with code %d behind the daemon's back", st.ExitCode)
+		typ := wire.SandboxEventStopped
+		switch {
+		case st.OOMKilled:
+			reason, typ = "killed: out of memory", wire.SandboxEventOOMKilled
+		case engineRestarted:
+			reason = "the container engine restarted"
+		}
+		log.Warn("box stopped behind the daemon's back", "reason", reason)
+		if _, err := m.setState(ctx, sb, wire.StateStopped, reason); err == nil {
+			m.Event(ctx, id, typ, reason, map[string]string{"exitCode": fmt.Sprint(st.ExitCode)})
+		}
+	case st.State == driver.BoxPaused && sb.State == wire.StateRunning:
+		if _, err := m.setState(ctx, sb, wire.StatePaused, "paused behind the daemon's back"); err == nil {
+			m.Event(ctx, id, wire.SandboxEventPaused, "paused behind the daemon's back", nil)
+		}
+	case st.State == driver.BoxRunning && sb.State == wire.StatePaused:
+		if _, err := m.setState(ctx, sb, wire.StateRunning, ""); err == nil {
+			m.Event(ctx, id, wire.SandboxEventResumed, "resumed behind the daemon's back", nil)
+		}
+	}
+}
+
+// watchBackend follows the backend's live events: an OOM kill is logged as
+// an event, a box that died triggers a reconcile at once, and a broken
+// stream (the engine went away) marks the engine as down so that the
+// reconcile after it treats stopped boxes as casualties of a restart.
+func (m *Manager) watchBackend(ctx context.Context, kick chan<- struct{}) {
+	w, ok := m.drv.(driver.EventWatcher)
+	if !ok || m.life.instance == "" {
+		return
+	}
+	for ctx.Err() == nil {
+		err := w.WatchEvents(ctx, m.life.instance, func(ev driver.BoxEvent) {
+			switch ev.Type {
+			case "oom":
+				m.Event(ctx, ev.ID, wire.SandboxEventOOMKilled, "a process in the sandbox was killed: out of memory", nil)
+			case "die":
+				select {
+				case kick <- struct{}{}:
+				default:
+				}
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		m.life.mu.Lock()
+		m.life.engineDown = true
+		m.life.mu.Unlock()
+		m.log.Debug("engine event stream broke; reconnecting", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
