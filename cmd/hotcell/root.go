@@ -205,7 +205,7 @@ writes, $HOTCELL_DATA_DIR/token, default ` + config.DefaultDataDir + `/token).`,
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{a.serveCmd(), a.imageCmd(), a.versionCmd()} {
+	for _, c := range []*cobra.Command{a.serveCmd(), a.imageCmd(), a.versionCmd(), a.mcpCmd()} {
 		c.GroupID = "host"
 		root.AddCommand(c)
 	}

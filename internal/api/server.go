@@ -111,6 +111,7 @@ func (s *Server) routes() {
 	s.watchRoutes()
 	s.portRoutes()
 	s.statsRoutes()
+	s.mcpRoutes()
 	s.lifecycleRoutes()
 
 	// Anything else under the API gets a JSON 404 rather than the mux's text.
