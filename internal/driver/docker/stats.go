@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -19,14 +20,24 @@ var _ driver.Statter = (*Driver)(nil)
 // maxStatsAnswer bounds the engine's stats document (a few KiB).
 const maxStatsAnswer = 1 << 20
 
-// Stats reads the box's counters with one non-blocking call: stream=false
-// with one-shot=true (API ≥ 1.41), so the engine answers at once instead of
-// waiting a second for a second sample. Older engines ignore one-shot and
-// take that second; the answer is the same.
+// Stats reads the box's counters. On the engine's own host it reads them
+// from the box's cgroup and network namespace (see stats_cgroup.go for why);
+// otherwise it asks the engine with one call, stream=false and
+// one-shot=true (API ≥ 1.41), so that no second sample a second later is
+// waited for (older engines ignore one-shot and take that second).
 func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	if err := checkID(id); err != nil {
 		return driver.Stats{}, err
 	}
+	st, err := d.cgroupStats(ctx, id)
+	if !errors.Is(err, errNoCgroup) {
+		return st, err
+	}
+	return d.engineStats(ctx, id)
+}
+
+// engineStats asks the engine's stats endpoint.
+func (d *Driver) engineStats(ctx context.Context, id string) (driver.Stats, error) {
 	name := ContainerName(id)
 	res, err := d.c.ContainerStats(ctx, name, client.ContainerStatsOptions{})
 	if err != nil {

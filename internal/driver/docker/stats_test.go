@@ -52,6 +52,43 @@ func TestStats(t *testing.T) {
 		t.Errorf("after a 1s busy loop: cpu %d → %d ns, read %v → %v; want ≥ 300ms more CPU, later read",
 			first.CPUUsageNs, second.CPUUsageNs, first.Read, second.Read)
 	}
+	// Both ways of reading agree: the cgroup files here, the engine's
+	// endpoint elsewhere.
+	cg, err := d.CgroupStats(ctx, id)
+	if err != nil {
+		t.Fatalf("cgroup stats (this test runs on the engine's host): %v", err)
+	}
+	eng, err := d.EngineStats(ctx, id)
+	if err != nil {
+		t.Fatalf("engine stats: %v", err)
+	}
+	if cg.Pids != eng.Pids || cg.PidsLimit != eng.PidsLimit || cg.MemoryLimitBytes != eng.MemoryLimitBytes ||
+		cg.NetRxBytes != eng.NetRxBytes || cg.NetTxBytes != eng.NetTxBytes {
+		t.Errorf("cgroup %+v and engine %+v disagree", cg, eng)
+	}
+	if diff := cg.MemoryBytes - eng.MemoryBytes; diff > 1<<20 || diff < -(1<<20) {
+		t.Errorf("memory: cgroup %d, engine %d", cg.MemoryBytes, eng.MemoryBytes)
+	}
+	if eng.CPUUsageNs < cg.CPUUsageNs || eng.CPUUsageNs-cg.CPUUsageNs > uint64(100*time.Millisecond) {
+		t.Errorf("cpu: cgroup %d then engine %d ns", cg.CPUUsageNs, eng.CPUUsageNs)
+	}
+	// Back to back calls do not wait for the engine's one-second collector.
+	start = time.Now()
+	for range 5 {
+		if _, err := d.Stats(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := time.Since(start); el > 2500*time.Millisecond {
+		t.Errorf("5 stats calls took %s; each waited for the engine's collector", el)
+	}
+
+	if err := d.Stop(ctx, id, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Stats(ctx, id); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("stats of a stopped box: got %v, want ErrConflict", err)
+	}
 	if err := d.Destroy(ctx, id); err != nil {
 		t.Fatal(err)
 	}
