@@ -76,6 +76,8 @@ type Config struct {
 	// host name off. *.localhost resolves to loopback in browsers, so the
 	// default works on the daemon's host with no DNS set up.
 	PreviewDomain string
+	// Egress settings: see egress.go.
+	EgressNetwork, EgressSubnet, EgressDNSUpstream, EgressDefaultMode, EgressGatewayPort string
 	// Lifecycle defaults and reconciler settings (lifecycle.go).
 	IdleTimeout, MaxLifetime, OrphanGrace     time.Duration
 	IdleAction, LifetimeAction, EngineRestart string
@@ -129,6 +131,16 @@ var settings = []setting{
 		func(c *Config) any { return &c.ShutdownTimeout }},
 	{"preview_domain", kindString, "domain whose names {port}-{sandbox id}.DOMAIN serve port previews (empty: off)",
 		func(c *Config) any { return &c.PreviewDomain }},
+	{"egress_network", kindString, "name of the bridge network sandboxes join",
+		func(c *Config) any { return &c.EgressNetwork }},
+	{"egress_subnet", kindString, "subnet (CIDR) of the egress network; firewall rules key on it",
+		func(c *Config) any { return &c.EgressSubnet }},
+	{"egress_dns_upstream", kindString, "comma-separated host:port resolvers allowed names are forwarded to (default: the host's /etc/resolv.conf)",
+		func(c *Config) any { return &c.EgressDNSUpstream }},
+	{"egress_default_mode", kindString, "egress mode of sandboxes created without one: open, none or allowlist",
+		func(c *Config) any { return &c.EgressDefaultMode }},
+	{"egress_gateway_port", kindString, "TCP port of the LLM gateway on the egress gateway address, reachable from every sandbox (0: none)",
+		func(c *Config) any { return &c.EgressGatewayPort }},
 	{"idle_timeout", kindDuration, "default idle timeout of a sandbox (0: none)", func(c *Config) any { return &c.IdleTimeout }},
 	{"idle_action", kindString, "default idle timeout action: stop, pause or destroy", func(c *Config) any { return &c.IdleAction }},
 	{"max_lifetime", kindDuration, "default maximum lifetime of a sandbox (0: none)", func(c *Config) any { return &c.MaxLifetime }},
@@ -163,6 +175,11 @@ func Default() Config {
 		OrphanGrace:     10 * time.Minute,
 		EngineRestart:   "restart",
 		PreviewDomain:   DefaultPreviewDomain,
+
+		EgressNetwork:     DefaultEgressNetwork,
+		EgressSubnet:      DefaultEgressSubnet,
+		EgressDefaultMode: DefaultEgressMode,
+		EgressGatewayPort: DefaultEgressGatewayPort,
 	}
 }
 
@@ -399,6 +416,10 @@ func (c *Config) Validate() error {
 	c.PreviewDomain = strings.TrimSuffix(strings.ToLower(c.PreviewDomain), ".")
 	if err := validateDomain(c.PreviewDomain); err != nil {
 		return bad("preview_domain", c.PreviewDomain, "%v", err)
+	}
+
+	if err := c.validateEgress(bad); err != nil {
+		return err
 	}
 
 	agent, err := resolveAgent(c.AgentBinary)

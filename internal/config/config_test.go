@@ -71,6 +71,9 @@ func TestDefaults(t *testing.T) {
 		LifetimeAction:  "destroy",
 		OrphanGrace:     10 * time.Minute,
 		EngineRestart:   "restart",
+
+		EgressNetwork: "hotcell-egress", EgressSubnet: "10.213.0.0/16", EgressDefaultMode: "open", EgressGatewayPort: "8090",
+		EgressDNSUpstream: got.EgressDNSUpstream, // the host's resolv.conf
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

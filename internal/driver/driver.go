@@ -5,6 +5,7 @@ package driver
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/wire"
@@ -42,6 +43,14 @@ type Spec struct {
 	HostRunDir string
 	// HostAgentPath is the static agent binary bind-mounted read-only at AgentPath.
 	HostAgentPath string
+	// Network is the network the box joins at create: empty for the
+	// engine's default, NetworkNone for loopback only.
+	Network string
+	// DNS are the box's resolvers; empty for the engine's default.
+	DNS []netip.Addr
+	// HostGateway is the address host.docker.internal names inside the
+	// box; invalid for the engine's host-gateway.
+	HostGateway netip.Addr
 	// Instance is the owning daemon's instance id (LabelInstance).
 	Instance string
 }

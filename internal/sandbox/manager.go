@@ -42,7 +42,9 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// StopTimeout is how long a stopping agent gets before it is killed.
 	StopTimeout time.Duration
-	Log         *slog.Logger
+	// Egress, when set, puts boxes on the egress network under a policy.
+	Egress EgressHook
+	Log    *slog.Logger
 	// Lifecycle configures timeouts, the reaper and the reconciler.
 	Lifecycle LifecycleOptions
 }
@@ -144,6 +146,10 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 	if progress == nil {
 		progress = func(string) {}
 	}
+	egress, err := m.egressPolicy(req.Egress)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	// The image comes first so that a missing one leaves nothing behind.
 	if err := m.drv.EnsureImage(ctx, image, progress); err != nil {
 		return wire.Sandbox{}, err
@@ -158,6 +164,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 		Labels:    req.Labels,
 		Limits:    req.Limits,
 		Persist:   persist,
+		Egress:    egress,
 		CreatedAt: now,
 		UpdatedAt: now,
 		Timeouts:  m.initialTimeouts(req.Timeouts, now),
@@ -196,11 +203,15 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 		HostAgentPath: m.opts.AgentBinary,
 		Instance:      m.life.instance,
 	}
+	m.prepareEgress(&spec, sb)
 	if err := m.drv.Create(ctx, spec); err != nil {
 		return fail(fmt.Errorf("create box: %w", err))
 	}
 	if err := m.drv.Start(ctx, sb.ID); err != nil {
 		return fail(fmt.Errorf("start box: %w", err))
+	}
+	if err := m.applyEgress(ctx, sb); err != nil {
+		return fail(err)
 	}
 	if err := m.waitAgent(ctx, sb.ID, conn); err != nil {
 		return fail(err)
@@ -269,6 +280,9 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 	m.closeConn(id)
 	m.life.activity.forget(id)
 	var errs []error
+	if err := m.forgetEgress(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
 	if err := m.drv.Destroy(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("destroy box: %w", err))
 	}
@@ -343,6 +357,10 @@ func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
 	if err := m.drv.Start(ctx, id); err != nil {
 		return sb, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
+	if err := m.applyEgress(ctx, sb); err != nil {
+		m.setError(ctx, id, err.Error())
+		return sb, err
+	}
 	if err := m.waitAgent(ctx, id, conn); err != nil {
 		m.setError(ctx, id, err.Error())
 		return sb, err
@@ -372,6 +390,7 @@ func (m *Manager) Stop(ctx context.Context, id string) (wire.Sandbox, error) {
 	if err := m.drv.Stop(ctx, id, m.opts.StopTimeout); err != nil {
 		return sb, fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
+	m.releaseEgress(ctx, id)
 	m.Event(ctx, id, wire.SandboxEventStopped, "", nil)
 	return m.withDeadlinesErr(m.setState(ctx, sb, wire.StateStopped, ""))
 }
@@ -468,6 +487,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 		} else {
 			m.Event(ctx, sb.ID, wire.SandboxEventRecovered, "re-adopted "+string(want), nil)
 		}
+	}
+	if err := m.recoverEgress(ctx); err != nil {
+		m.log.Error("recover egress rules", "err", err)
 	}
 	return m.afterRecover(ctx)
 }

@@ -5,8 +5,10 @@ package testdaemon
 
 import (
 	"context"
+	"crypto/rand"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/egress"
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
@@ -31,12 +34,30 @@ type Daemon struct {
 	cmd     *exec.Cmd
 	waitErr chan error
 	C       *client.Client
+	// EgressNetwork and EgressSubnet are this daemon's own egress network,
+	// so that daemons of parallel tests do not share a resolver address.
+	EgressNetwork string
+	EgressSubnet  netip.Prefix
+	args          []string
+}
+
+// Options change how Start runs the daemon.
+type Options struct {
+	// Listen is the API's address; default a free port on 127.0.0.1.
+	Listen string
+	// Args are extra `hotcell serve` flags. By default the egress DNS
+	// upstream is 127.0.0.1:1, where nothing answers, so that no test
+	// daemon forwards a sandbox's DNS query off the host.
+	Args []string
 }
 
 // Start starts hotcell serve on a fresh data dir. The data dir is
 // short and under /tmp because the agent socket's path must fit in 108
 // bytes.
-func Start(t testing.TB) *Daemon {
+func Start(t testing.TB) *Daemon { return StartWith(t, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options) *Daemon {
 	t.Helper()
 	testenv.RequireDocker(t)
 	dir, err := os.MkdirTemp("/tmp", "hc")
@@ -49,9 +70,19 @@ func Start(t testing.TB) *Daemon {
 		agent:   testenv.AgentBinary(t),
 		Image:   testenv.BusyboxImage(t),
 		DataDir: dir,
-		Addr:    freeAddr(t),
+		Addr:    opts.Listen,
 		logPath: filepath.Join(dir, "daemon.log"),
 	}
+	if d.Addr == "" {
+		d.Addr = freeAddr(t)
+	}
+	d.EgressSubnet = freeEgressSubnet(t)
+	d.EgressNetwork = "hc-t-" + filepath.Base(dir)
+	d.args = append([]string{
+		"--egress-network", d.EgressNetwork,
+		"--egress-subnet", d.EgressSubnet.String(),
+		"--egress-dns-upstream", "127.0.0.1:1",
+	}, opts.Args...)
 	d.Restart()
 	return d
 }
@@ -80,6 +111,7 @@ func (d *Daemon) Restart() {
 		"--default-image", d.Image,
 		"--log-level", "debug",
 	)
+	d.cmd.Args = append(d.cmd.Args, d.args...)
 	d.cmd.Stdout = logf
 	d.cmd.Stderr = logf
 	if err := d.cmd.Start(); err != nil {
@@ -165,5 +197,38 @@ func (d *Daemon) Close() {
 		cancel()
 		d.Stop(syscall.SIGTERM)
 	}
+	if d.EgressNetwork != "" {
+		// Sandboxes outlive a daemon, so it leaves its network; a test's
+		// daemon is the last user of its own.
+		if err := egress.Teardown(d.EgressNetwork, d.EgressSubnet); err != nil {
+			d.t.Logf("remove the egress rules of %s: %v", d.EgressNetwork, err)
+		}
+		_ = exec.Command("docker", "network", "rm", d.EgressNetwork).Run()
+	}
 	os.RemoveAll(d.DataDir)
+}
+
+// freeEgressSubnet picks a /24 in 10.214.0.0/16 that no interface of the
+// host uses yet (every Docker bridge holds its gateway address).
+func freeEgressSubnet(t testing.TB) netip.Prefix {
+	used := map[netip.Prefix]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+			used[netip.PrefixFrom(p.Addr(), 24).Masked()] = true
+		}
+	}
+	for range 1000 {
+		var b [1]byte
+		_, _ = rand.Read(b[:])
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 214, b[0], 0}), 24)
+		if !used[p] {
+			return p
+		}
+	}
+	t.Fatal("no free /24 in 10.214.0.0/16 for the egress network")
+	return netip.Prefix{}
 }

@@ -41,6 +41,9 @@ type CreateSandboxRequest struct {
 	Setup   []string          `json:"setup,omitempty"`
 	// SetupTimeoutMs bounds each setup command; 0 means the daemon default.
 	SetupTimeoutMs int64 `json:"setupTimeoutMs,omitempty"`
+	// Egress says where the sandbox may connect; nil means the daemon's
+	// default mode.
+	Egress *EgressPolicy `json:"egress,omitempty"`
 	// Timeouts: idle timeout and maximum lifetime; absent means the daemon defaults.
 	Timeouts *Timeouts `json:"timeouts,omitempty"`
 }
@@ -77,6 +80,8 @@ type Sandbox struct {
 	Error     string            `json:"error,omitempty"`
 	CreatedAt time.Time         `json:"createdAt"`
 	UpdatedAt time.Time         `json:"updatedAt"`
+	// Egress is the policy in force (see GET .../egress for counters).
+	Egress *EgressPolicy `json:"egress,omitempty"`
 	// Timeouts are the idle timeout and lifetime in force, with deadlines.
 	Timeouts *SandboxTimeouts `json:"timeouts,omitempty"`
 

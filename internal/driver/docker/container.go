@@ -165,6 +165,13 @@ func containerConfig(spec driver.Spec) (*container.Config, *container.HostConfig
 		CapDrop:       []string{"ALL"},
 		CapAdd:        slices.Clone(Capabilities),
 	}
+	if spec.Network != "" {
+		hostCfg.NetworkMode = container.NetworkMode(spec.Network)
+	}
+	hostCfg.DNS = slices.Clone(spec.DNS)
+	if spec.HostGateway.IsValid() {
+		hostCfg.ExtraHosts = []string{HostGateway + ":" + spec.HostGateway.String()}
+	}
 	return cfg, hostCfg, nil
 }
 

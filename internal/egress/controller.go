@@ -1,0 +1,529 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-iptables/iptables"
+
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Config configures a Controller.
+type Config struct {
+	// Network is the bridge network sandboxes join; Subnet its addresses.
+	Network string
+	Subnet  netip.Prefix
+	// Upstreams are the host:port resolvers allowed names are forwarded to.
+	Upstreams []string
+	// GatewayPort is the LLM gateway's TCP port on the network's gateway
+	// address, reachable from every sandbox; 0 for none.
+	GatewayPort int
+	// DefaultMode is the mode of a sandbox created without one.
+	DefaultMode string
+	// MinTTL is the least time an answered address stays allowed; 30s if 0.
+	MinTTL time.Duration
+	// VerifyInterval is how often the rules are checked and restored (after
+	// a firewall reload or an engine restart); 10s if 0.
+	VerifyInterval time.Duration
+	Log            *slog.Logger
+}
+
+// maxDenied bounds each sandbox's log of denied attempts.
+const maxDenied = 100
+
+// Controller puts sandboxes on the egress network and keeps their firewall
+// rules and resolver state. Its methods are safe for concurrent use.
+type Controller struct {
+	cfg     Config
+	drv     driver.Networker
+	log     *slog.Logger
+	fw      *firewall
+	dns     *resolver
+	gateway netip.Addr
+
+	mu     sync.Mutex
+	sbs    map[string]*sandboxState
+	byAddr map[netip.Addr]*sandboxState
+}
+
+type learnKey struct {
+	name string
+	rule dynRule
+}
+
+type sandboxState struct {
+	id       string
+	policy   Policy
+	addr     netip.Addr
+	enforced bool
+	learned  map[learnKey]time.Time // → expiry
+	dropBase counters               // drops of chains already replaced
+	lastSeen int64                  // drop packets already logged as denials
+	refused  int64
+	denied   []wire.EgressDenial
+}
+
+// New returns a controller; Start it before use.
+func New(drv driver.Networker, cfg Config) *Controller {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.MinTTL <= 0 {
+		cfg.MinTTL = 30 * time.Second
+	}
+	if cfg.VerifyInterval <= 0 {
+		cfg.VerifyInterval = 10 * time.Second
+	}
+	if cfg.DefaultMode == "" {
+		cfg.DefaultMode = wire.EgressOpen
+	}
+	log := cfg.Log.With("component", "egress")
+	c := &Controller{
+		cfg:    cfg,
+		drv:    drv,
+		log:    log,
+		sbs:    map[string]*sandboxState{},
+		byAddr: map[netip.Addr]*sandboxState{},
+	}
+	c.dns = &resolver{src: c, upstreams: cfg.Upstreams, minTTL: cfg.MinTTL, log: log}
+	return c
+}
+
+// Start makes the network, the base firewall rules and the resolver.
+func (c *Controller) Start(ctx context.Context) error {
+	gw, err := c.drv.EnsureNetwork(ctx, c.cfg.Network, c.cfg.Subnet)
+	if err != nil {
+		return fmt.Errorf("egress network: %w", err)
+	}
+	c.gateway = gw
+	ipt, err := iptables.New()
+	if err != nil {
+		return fmt.Errorf("egress firewall: iptables: %w", err)
+	}
+	var ports []int
+	if c.cfg.GatewayPort > 0 {
+		ports = append(ports, c.cfg.GatewayPort)
+	}
+	c.fw = newFirewall(ipt, c.cfg.Network, c.cfg.Subnet, gw, ports)
+	if _, err := c.fw.ensureBase(); err != nil {
+		return fmt.Errorf("egress firewall: %w", err)
+	}
+	if err := c.dns.start(netip.AddrPortFrom(gw, dnsPort).String()); err != nil {
+		return fmt.Errorf("egress resolver: %w", err)
+	}
+	c.log.Info("egress ready", "network", c.cfg.Network, "subnet", c.cfg.Subnet, "gateway", gw,
+		"chain", c.fw.base, "upstreams", c.cfg.Upstreams, "defaultMode", c.cfg.DefaultMode)
+	return nil
+}
+
+// Close stops the resolver. The rules stay: sandboxes outlive the daemon,
+// and so does what confines them.
+func (c *Controller) Close() { c.dns.shutdown() }
+
+// Gateway is the host's address on the egress network.
+func (c *Controller) Gateway() netip.Addr { return c.gateway }
+
+// DefaultMode is the mode of a sandbox created without one.
+func (c *Controller) DefaultMode() string { return c.cfg.DefaultMode }
+
+// Resolve validates p against the daemon's default mode.
+func (c *Controller) Resolve(p wire.EgressPolicy) (wire.EgressPolicy, error) {
+	pol, err := ParsePolicy("egress", p, c.cfg.DefaultMode)
+	if err != nil {
+		return wire.EgressPolicy{}, err
+	}
+	return pol.Wire(), nil
+}
+
+// Prepare sets the network fields of a new box's spec for policy p.
+func (c *Controller) Prepare(spec *driver.Spec, p wire.EgressPolicy) {
+	spec.Network = c.cfg.Network
+	if p.Mode == wire.EgressNone {
+		spec.Network = driver.NetworkNone
+	}
+	spec.DNS = []netip.Addr{c.gateway}
+	spec.HostGateway = c.gateway
+}
+
+func (c *Controller) state(id string) *sandboxState {
+	st, ok := c.sbs[id]
+	if !ok {
+		st = &sandboxState{id: id, learned: map[learnKey]time.Time{}}
+		c.sbs[id] = st
+	}
+	return st
+}
+
+// Apply puts policy p in force for the running box id: it attaches or
+// detaches the box and replaces its rules. A failure leaves the previous
+// rules in force.
+func (c *Controller) Apply(ctx context.Context, id string, wp wire.EgressPolicy) error {
+	p, err := ParsePolicy("egress", wp, c.cfg.DefaultMode)
+	if err != nil {
+		return err
+	}
+	if p.Mode == wire.EgressNone {
+		if err := c.drv.Disconnect(ctx, id, c.cfg.Network); err != nil {
+			return fmt.Errorf("apply egress of %s: %w", id, err)
+		}
+		old, ferr := c.fw.remove(id)
+		c.mu.Lock()
+		st := c.state(id)
+		c.setAddr(st, netip.Addr{})
+		st.policy, st.enforced = p, true
+		st.dropBase.add(old)
+		clear(st.learned)
+		c.mu.Unlock()
+		if ferr != nil {
+			c.log.Warn("tidy up rules of a sandbox without network", "sandbox", id, "err", ferr)
+		}
+		return nil
+	}
+	if err := c.drv.Connect(ctx, id, c.cfg.Network); err != nil {
+		return fmt.Errorf("apply egress of %s: %w", id, err)
+	}
+	addr, err := c.drv.BoxAddress(ctx, id, c.cfg.Network)
+	if err != nil {
+		return fmt.Errorf("apply egress of %s: %w", id, err)
+	}
+	if !addr.IsValid() {
+		return fmt.Errorf("apply egress of %s: the box has no address on network %s (is it running?): %w", id, c.cfg.Network, errdefs.ErrConflict)
+	}
+
+	c.mu.Lock()
+	st := c.state(id)
+	now := time.Now()
+	var dyn []dynRule
+	for k, exp := range st.learned {
+		// Learned addresses survive a policy change only while their name
+		// is still allowed with the same port.
+		if exp.Before(now) || p.Mode != wire.EgressAllowlist || !slices.ContainsFunc(p.MatchName(k.name), func(e Entry) bool { return e.Port == k.rule.Port }) {
+			delete(st.learned, k)
+			continue
+		}
+		if !slices.Contains(dyn, k.rule) {
+			dyn = append(dyn, k.rule)
+		}
+	}
+	c.mu.Unlock()
+
+	old, err := c.fw.apply(id, addr, p, dyn)
+	if err != nil && !errors.Is(err, errTidy) {
+		return fmt.Errorf("apply egress of %s: %w", id, err)
+	}
+	if err != nil {
+		c.log.Warn("tidy up old rules", "sandbox", id, "err", err)
+	}
+	c.mu.Lock()
+	st.policy, st.enforced = p, true
+	st.dropBase.add(old)
+	c.setAddr(st, addr)
+	c.mu.Unlock()
+	c.log.Info("egress applied", "sandbox", id, "mode", p.Mode, "address", addr, "entries", len(p.Entries))
+	return nil
+}
+
+func (c *Controller) setAddr(st *sandboxState, addr netip.Addr) {
+	if st.addr.IsValid() && c.byAddr[st.addr] == st {
+		delete(c.byAddr, st.addr)
+	}
+	st.addr = addr
+	if addr.IsValid() {
+		c.byAddr[addr] = st
+	}
+}
+
+// Release removes the sandbox's rules (its box stopped or is going away);
+// the counters are kept until Forget.
+func (c *Controller) Release(ctx context.Context, id string) error {
+	old, err := c.fw.remove(id)
+	c.mu.Lock()
+	if st, ok := c.sbs[id]; ok {
+		c.setAddr(st, netip.Addr{})
+		st.enforced = false
+		st.dropBase.add(old)
+		clear(st.learned)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("remove egress rules of %s: %w", id, err)
+	}
+	return nil
+}
+
+// Forget removes the sandbox's rules and everything known about it.
+func (c *Controller) Forget(ctx context.Context, id string) error {
+	err := c.Release(ctx, id)
+	c.mu.Lock()
+	delete(c.sbs, id)
+	c.mu.Unlock()
+	return err
+}
+
+// Prune removes the rules of every sandbox on this network not in keep.
+func (c *Controller) Prune(ctx context.Context, keep []string) error {
+	return c.fw.prune(keep)
+}
+
+// Status reports the sandbox's policy, counters and recent denials.
+func (c *Controller) Status(id string, p wire.EgressPolicy) wire.EgressStatus {
+	c.pollDrops(id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := wire.EgressStatus{Policy: p, Resolved: []wire.EgressResolved{}, Denied: []wire.EgressDenial{}}
+	st, ok := c.sbs[id]
+	if !ok {
+		return out
+	}
+	out.Enforced = st.enforced
+	if st.addr.IsValid() {
+		out.Address = st.addr.String()
+	}
+	drops := st.dropBase
+	if cur, ok := c.fw.sandboxDrops(id); ok {
+		drops.add(cur)
+	}
+	out.DroppedPackets, out.DroppedBytes = drops.packets, drops.bytes
+	out.RefusedQueries = st.refused
+	for k, exp := range st.learned {
+		out.Resolved = append(out.Resolved, wire.EgressResolved{Name: k.name, Address: k.rule.Addr.String(), Port: k.rule.Port, ExpiresAt: exp.UTC()})
+	}
+	slices.SortFunc(out.Resolved, func(a, b wire.EgressResolved) int {
+		if a.Name != b.Name {
+			return compare(a.Name, b.Name)
+		}
+		return compare(a.Address+":"+strconv.Itoa(a.Port), b.Address+":"+strconv.Itoa(b.Port))
+	})
+	out.Denied = append(out.Denied, st.denied...)
+	return out
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// pollDrops turns new drops of the sandbox's chain into a denial entry.
+func (c *Controller) pollDrops(id string) {
+	cur, ok := c.fw.sandboxDrops(id)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.sbs[id]
+	if !ok {
+		return
+	}
+	total := st.dropBase.packets + cur.packets
+	if total > st.lastSeen {
+		st.addDenial(wire.EgressDenial{Time: time.Now().UTC(), Kind: wire.DenialConnect, Packets: total - st.lastSeen})
+		st.lastSeen = total
+	}
+}
+
+func (st *sandboxState) addDenial(d wire.EgressDenial) {
+	st.denied = append(st.denied, d)
+	if len(st.denied) > maxDenied {
+		st.denied = slices.Delete(st.denied, 0, len(st.denied)-maxDenied)
+	}
+}
+
+// decide implements policySource for the resolver.
+func (c *Controller) decide(src netip.Addr, name string) Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.byAddr[src]
+	if !ok || !st.enforced {
+		return Decision{}
+	}
+	d := Decision{Sandbox: st.id}
+	switch st.policy.Mode {
+	case wire.EgressOpen:
+		d.Forward = true
+	case wire.EgressAllowlist:
+		d.Learn = st.policy.MatchName(name)
+		d.Forward = len(d.Learn) > 0
+	}
+	return d
+}
+
+// refused implements policySource.
+func (c *Controller) refused(id, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.sbs[id]; ok {
+		st.refused++
+		st.addDenial(wire.EgressDenial{Time: time.Now().UTC(), Kind: wire.DenialDNS, Name: name})
+	}
+}
+
+// learn implements policySource: it allows the answered addresses before
+// the answer goes out.
+func (c *Controller) learn(ctx context.Context, id, name string, entries []Entry, addrs []learnedAddr) {
+	now := time.Now()
+	var add []dynRule
+	c.mu.Lock()
+	st, ok := c.sbs[id]
+	if !ok {
+		c.mu.Unlock()
+		return
+	}
+	ports := map[int]bool{}
+	for _, e := range entries {
+		ports[e.Port] = true
+	}
+	for _, a := range addrs {
+		for port := range ports {
+			k := learnKey{name: name, rule: dynRule{Addr: a.addr, Port: port}}
+			exp := now.Add(a.ttl)
+			if old, ok := st.learned[k]; ok {
+				if exp.After(old) {
+					st.learned[k] = exp
+				}
+				continue
+			}
+			if !c.ruleUsedLocked(st, k.rule) {
+				add = append(add, k.rule)
+			}
+			st.learned[k] = exp
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range add {
+		if err := c.fw.addDyn(id, r); err != nil {
+			c.log.Warn("allow resolved address", "sandbox", id, "name", name, "address", r.Addr, "err", err)
+		}
+	}
+}
+
+// ruleUsedLocked says whether another learned name already holds rule.
+func (c *Controller) ruleUsedLocked(st *sandboxState, r dynRule) bool {
+	for k := range st.learned {
+		if k.rule == r {
+			return true
+		}
+	}
+	return false
+}
+
+// expire withdraws learned addresses whose TTL ran out.
+func (c *Controller) expire(now time.Time) {
+	type del struct {
+		id string
+		r  dynRule
+	}
+	var dels []del
+	c.mu.Lock()
+	for _, st := range c.sbs {
+		for k, exp := range st.learned {
+			if exp.After(now) {
+				continue
+			}
+			delete(st.learned, k)
+			if !c.ruleUsedLocked(st, k.rule) {
+				dels = append(dels, del{st.id, k.rule})
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, d := range dels {
+		if err := c.fw.delDyn(d.id, d.r); err != nil {
+			c.log.Warn("withdraw expired address", "sandbox", d.id, "address", d.r.Addr, "err", err)
+		}
+	}
+}
+
+// Run expires learned addresses and restores rules that vanished (a host
+// firewall reload, an engine restart) until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	exp := time.NewTicker(time.Second)
+	defer exp.Stop()
+	verify := time.NewTicker(c.cfg.VerifyInterval)
+	defer verify.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-exp.C:
+			c.expire(now)
+		case <-verify.C:
+			c.verify(ctx)
+		}
+	}
+}
+
+// verify restores the base rules and every enforced sandbox's rules if
+// they are gone.
+func (c *Controller) verify(ctx context.Context) {
+	if !c.fw.baseOK() {
+		c.log.Warn("egress base rules missing; restoring them")
+		if _, err := c.fw.ensureBase(); err != nil {
+			c.log.Error("restore egress base rules", "err", err)
+			return
+		}
+	}
+	c.mu.Lock()
+	var redo []*sandboxState
+	for _, st := range c.sbs {
+		if st.enforced && st.addr.IsValid() {
+			redo = append(redo, st)
+		}
+	}
+	c.mu.Unlock()
+	for _, st := range redo {
+		if c.fw.sandboxOK(st.id) {
+			continue
+		}
+		c.mu.Lock()
+		p := st.policy.Wire()
+		c.mu.Unlock()
+		c.log.Warn("egress rules of sandbox missing; restoring them", "sandbox", st.id)
+		if err := c.Apply(ctx, st.id, p); err != nil {
+			c.log.Error("restore egress rules", "sandbox", st.id, "err", err)
+		}
+	}
+}
+
+// Teardown removes every rule of the egress network with subnet: the
+// sandbox chains, the jumps and the network's chain. It is for tests and
+// for uninstalling; a running daemon's sandboxes lose their confinement
+// to the default drop of nothing (their traffic is then Docker's).
+func Teardown(network string, subnet netip.Prefix) error {
+	ipt, err := iptables.New()
+	if err != nil {
+		return fmt.Errorf("egress teardown: %w", err)
+	}
+	f := newFirewall(ipt, network, subnet, netip.Addr{}, nil)
+	if ok, err := ipt.ChainExists(table, f.base); err != nil || !ok {
+		return err
+	}
+	var errs []error
+	if err := f.prune(nil); err != nil {
+		errs = append(errs, err)
+	}
+	for _, c := range []string{chainForward, chainInput} {
+		if err := ipt.DeleteIfExists(table, c, f.baseJump()...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := ipt.ClearAndDeleteChain(table, f.base); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,212 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Decision is what the resolver should do with one query.
+type Decision struct {
+	// Forward sends the query upstream; otherwise it is REFUSED.
+	Forward bool
+	// Learn lists the entries whose ports the answered addresses get;
+	// empty for an open sandbox, whose answers need no rules.
+	Learn []Entry
+	// Sandbox is the asking sandbox's id; empty for an unknown address.
+	Sandbox string
+}
+
+// policySource is what the resolver asks about each query: the controller.
+type policySource interface {
+	decide(src netip.Addr, name string) Decision
+	// learn allows addrs (with their TTL) for the sandbox before the answer
+	// is sent, so that the connection that follows it is let through.
+	learn(ctx context.Context, id, name string, entries []Entry, addrs []learnedAddr)
+	refused(id, name string)
+}
+
+type learnedAddr struct {
+	addr netip.Addr
+	ttl  time.Duration
+}
+
+// resolver is the DNS server on the egress network's gateway: the only
+// resolver a sandbox has. It knows the asking sandbox by the query's source
+// address.
+type resolver struct {
+	src       policySource
+	upstreams []string
+	minTTL    time.Duration
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	servers []*dns.Server
+}
+
+// maxLearnTTL bounds how long one answer opens an address, whatever TTL
+// the upstream claims.
+const maxLearnTTL = time.Hour
+
+func (r *resolver) start(addr string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, netw := range []string{"udp", "tcp"} {
+		started := make(chan error, 1)
+		srv := &dns.Server{
+			Addr:              addr,
+			Net:               netw,
+			Handler:           r,
+			NotifyStartedFunc: func() { started <- nil },
+			ReadTimeout:       5 * time.Second,
+			WriteTimeout:      5 * time.Second,
+		}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil {
+				select {
+				case started <- err:
+				default:
+					r.log.Error("dns server stopped", "net", netw, "err", err)
+				}
+			}
+		}()
+		if err := <-started; err != nil {
+			r.shutdownLocked()
+			return fmt.Errorf("listen for dns on %s/%s: %w", addr, netw, err)
+		}
+		r.servers = append(r.servers, srv)
+	}
+	return nil
+}
+
+func (r *resolver) shutdown() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.shutdownLocked()
+}
+
+func (r *resolver) shutdownLocked() {
+	for _, s := range r.servers {
+		_ = s.Shutdown()
+	}
+	r.servers = nil
+}
+
+// ServeDNS answers one query.
+func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
+	resp := r.answer(w.RemoteAddr(), w.RemoteAddr().Network(), q)
+	_ = w.WriteMsg(resp)
+}
+
+func (r *resolver) answer(remote net.Addr, netw string, q *dns.Msg) *dns.Msg {
+	refuse := func() *dns.Msg {
+		m := new(dns.Msg)
+		m.SetRcode(q, dns.RcodeRefused)
+		return m
+	}
+	if q.Opcode != dns.OpcodeQuery || len(q.Question) != 1 {
+		m := new(dns.Msg)
+		m.SetRcode(q, dns.RcodeNotImplemented)
+		return m
+	}
+	src := addrOf(remote)
+	name := NormalizeName(q.Question[0].Name)
+	d := r.src.decide(src, name)
+	if !d.Forward {
+		if d.Sandbox != "" {
+			r.src.refused(d.Sandbox, name)
+		}
+		r.log.Info("dns query refused", "sandbox", d.Sandbox, "source", src, "name", name)
+		return refuse()
+	}
+	if q.Question[0].Qtype == dns.TypeAAAA && len(d.Learn) > 0 {
+		// The egress network has no IPv6: an empty answer makes clients
+		// use the A records, which the firewall learns.
+		m := new(dns.Msg)
+		m.SetReply(q)
+		return m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := r.forward(ctx, netw, q)
+	if err != nil {
+		r.log.Warn("dns upstream failed", "sandbox", d.Sandbox, "name", name, "err", err)
+		m := new(dns.Msg)
+		m.SetRcode(q, dns.RcodeServerFailure)
+		return m
+	}
+	if len(d.Learn) > 0 {
+		var addrs []learnedAddr
+		var keep []dns.RR
+		for _, rr := range resp.Answer {
+			switch rr := rr.(type) {
+			case *dns.A:
+				a, ok := netip.AddrFromSlice(rr.A.To4())
+				if !ok {
+					continue
+				}
+				ttl := max(time.Duration(rr.Hdr.Ttl)*time.Second, r.minTTL)
+				addrs = append(addrs, learnedAddr{addr: a, ttl: min(ttl, maxLearnTTL)})
+			case *dns.AAAA:
+				continue // see above: no IPv6 on the network
+			}
+			keep = append(keep, rr)
+		}
+		resp.Answer = keep
+		if len(addrs) > 0 {
+			r.src.learn(ctx, d.Sandbox, name, d.Learn, addrs)
+		}
+	}
+	resp.Id = q.Id
+	return resp
+}
+
+// forward asks each upstream in turn; a truncated UDP answer is retried
+// over TCP so that big answers are complete.
+func (r *resolver) forward(ctx context.Context, netw string, q *dns.Msg) (*dns.Msg, error) {
+	var errs []error
+	for _, up := range r.upstreams {
+		c := &dns.Client{Net: "udp", Timeout: 2 * time.Second}
+		if netw == "tcp" {
+			c.Net = "tcp"
+		}
+		out := q.Copy()
+		resp, _, err := c.ExchangeContext(ctx, out, up)
+		if err == nil && resp.Truncated && c.Net == "udp" {
+			c.Net = "tcp"
+			resp, _, err = c.ExchangeContext(ctx, out, up)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", up, err))
+			continue
+		}
+		return resp, nil
+	}
+	if len(errs) == 0 {
+		return nil, errors.New("no upstream resolver configured")
+	}
+	return nil, errors.Join(errs...)
+}
+
+func addrOf(a net.Addr) netip.Addr {
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	case *net.TCPAddr:
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}

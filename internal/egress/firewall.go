@@ -1,0 +1,491 @@
+package egress
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/coreos/go-iptables/iptables"
+
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// The host firewall layout (iptables, which on Debian 12 is the nf_tables
+// backend; Docker 20.10 programs the same tables):
+//
+//	DOCKER-USER (forwarded) and INPUT (to the host itself):
+//	  -s <subnet> -j HCN-<net>          one jump each, inserted first
+//	HCN-<net>:                          one per egress network
+//	  -s <sandbox ip>/32 -g HCE-<sb>-<gen>   per sandbox, newest first
+//	  -j DROP                           an address of no known sandbox
+//	HCE-<sb>-<gen>:                     the sandbox's policy
+//	  established/related → RETURN; gateway DNS and LLM-gateway ports → ACCEPT;
+//	  the host's own addresses, link-local, the subnet (other sandboxes) → DROP;
+//	  open: RETURN; allowlist: CIDR entries → RETURN, -g HCD-<sb>-<gen>
+//	HCD-<sb>-<gen>:                     addresses the resolver learned → RETURN
+//	  -j DROP                           last: not allowed
+//
+// Allowed traffic RETURNs (through the gotos, straight back to DOCKER-USER
+// or INPUT) rather than being ACCEPTed, so Docker's own rules still apply
+// to it: a sandbox does not reach containers on other Docker networks.
+//
+// A new policy is built in chains under a new generation, then its jump is
+// inserted above the old one, then the old jump and chains go: a failure at
+// any step leaves the old rules in force, and an address without rules is
+// dropped by HCN's final rule, never let through.
+
+const (
+	table         = "filter"
+	chainForward  = "DOCKER-USER"
+	chainInput    = "INPUT"
+	prefixMain    = "HCE-"
+	prefixDyn     = "HCD-"
+	linkLocal     = "169.254.0.0/16"
+	dnsPort       = 53
+	commentPrefix = "hotcell: "
+)
+
+// iptablesAPI is the part of go-iptables the firewall uses; tests fake it.
+type iptablesAPI interface {
+	ChainExists(table, chain string) (bool, error)
+	NewChain(table, chain string) error
+	ClearAndDeleteChain(table, chain string) error
+	ListChains(table string) ([]string, error)
+	Insert(table, chain string, pos int, rulespec ...string) error
+	Append(table, chain string, rulespec ...string) error
+	Exists(table, chain string, rulespec ...string) (bool, error)
+	DeleteIfExists(table, chain string, rulespec ...string) error
+	List(table, chain string) ([]string, error)
+	StructuredStats(table, chain string) ([]iptables.Stat, error)
+}
+
+// dynRule is one address the resolver allowed, with the entry's port.
+type dynRule struct {
+	Addr netip.Addr
+	Port int
+}
+
+func (r dynRule) specs() [][]string {
+	d := []string{"-d", netip.PrefixFrom(r.Addr, r.Addr.BitLen()).String()}
+	if r.Port == 0 {
+		return [][]string{append(d, "-j", "RETURN")}
+	}
+	p := strconv.Itoa(r.Port)
+	return [][]string{
+		append(append([]string{}, d...), "-p", "tcp", "-m", "tcp", "--dport", p, "-j", "RETURN"),
+		append(append([]string{}, d...), "-p", "udp", "-m", "udp", "--dport", p, "-j", "RETURN"),
+	}
+}
+
+// firewall owns the rules of one egress network.
+type firewall struct {
+	ipt     iptablesAPI
+	base    string
+	subnet  netip.Prefix
+	gateway netip.Addr
+	// gatewayPorts are the TCP ports on the gateway a sandbox may reach
+	// besides DNS (the LLM gateway).
+	gatewayPorts []int
+
+	mu      sync.Mutex
+	current map[string]string // sandbox key → generation in force
+	addrs   map[string]netip.Addr
+}
+
+func newFirewall(ipt iptablesAPI, network string, subnet netip.Prefix, gateway netip.Addr, gatewayPorts []int) *firewall {
+	h := sha256.Sum256([]byte(network + "|" + subnet.String()))
+	return &firewall{
+		ipt:          ipt,
+		base:         "HCN-" + hex.EncodeToString(h[:4]),
+		subnet:       subnet,
+		gateway:      gateway,
+		gatewayPorts: gatewayPorts,
+		current:      map[string]string{},
+		addrs:        map[string]netip.Addr{},
+	}
+}
+
+var plainKey = regexp.MustCompile(`^[a-z0-9]{1,12}$`)
+
+// sandboxKey names a sandbox in chain names, which iptables caps at 28
+// characters: the hex of a usual "sb-" id, else a hash of the id.
+func sandboxKey(id string) string {
+	if k, ok := strings.CutPrefix(id, "sb-"); ok && plainKey.MatchString(k) {
+		return k
+	}
+	h := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(h[:6])
+}
+
+func chainNames(key, gen string) (main, dyn string) {
+	return prefixMain + key + "-" + gen, prefixDyn + key + "-" + gen
+}
+
+func newGen() string {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (f *firewall) baseJump() []string { return []string{"-s", f.subnet.String(), "-j", f.base} }
+
+var baseDrop = []string{"-m", "comment", "--comment", commentPrefix + "unknown sandbox address", "-j", "DROP"}
+
+// ensureBase makes the network's chain and the jumps to it; it is
+// idempotent and reports whether it had to change anything.
+func (f *firewall) ensureBase() (changed bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ok, err := f.ipt.ChainExists(table, f.base)
+	if err != nil {
+		return false, fmt.Errorf("check chain %s: %w", f.base, err)
+	}
+	if !ok {
+		if err := f.ipt.NewChain(table, f.base); err != nil {
+			return false, fmt.Errorf("create chain %s: %w", f.base, err)
+		}
+		changed = true
+	}
+	if ok, err := f.ipt.Exists(table, f.base, baseDrop...); err != nil {
+		return changed, fmt.Errorf("check chain %s: %w", f.base, err)
+	} else if !ok {
+		if err := f.ipt.Append(table, f.base, baseDrop...); err != nil {
+			return changed, fmt.Errorf("add final drop to %s: %w", f.base, err)
+		}
+		changed = true
+	}
+	for _, c := range []string{chainForward, chainInput} {
+		ok, err := f.ipt.Exists(table, c, f.baseJump()...)
+		if err != nil {
+			return changed, fmt.Errorf("check jump from %s (is Docker running? it makes %s): %w", c, chainForward, err)
+		}
+		if !ok {
+			if err := f.ipt.Insert(table, c, 1, f.baseJump()...); err != nil {
+				return changed, fmt.Errorf("add jump from %s to %s: %w", c, f.base, err)
+			}
+			changed = true
+		}
+	}
+	return changed, nil
+}
+
+// policyRules are the rules of a sandbox's main chain.
+func (f *firewall) policyRules(id string, p Policy, dynChain string) [][]string {
+	gw := netip.PrefixFrom(f.gateway, 32).String()
+	rules := [][]string{
+		{"-m", "comment", "--comment", commentPrefix + "sandbox " + id, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"},
+		{"-d", gw, "-p", "udp", "-m", "udp", "--dport", strconv.Itoa(dnsPort), "-j", "ACCEPT"},
+		{"-d", gw, "-p", "tcp", "-m", "tcp", "--dport", strconv.Itoa(dnsPort), "-j", "ACCEPT"},
+	}
+	for _, port := range f.gatewayPorts {
+		rules = append(rules, []string{"-d", gw, "-p", "tcp", "-m", "tcp", "--dport", strconv.Itoa(port), "-j", "ACCEPT"})
+	}
+	rules = append(rules,
+		[]string{"-m", "addrtype", "--dst-type", "LOCAL", "-m", "comment", "--comment", commentPrefix + "host", "-j", "DROP"},
+		[]string{"-d", linkLocal, "-m", "comment", "--comment", commentPrefix + "link-local", "-j", "DROP"},
+		[]string{"-d", f.subnet.String(), "-m", "comment", "--comment", commentPrefix + "other sandboxes", "-j", "DROP"},
+	)
+	if p.Mode == wire.EgressOpen {
+		return append(rules, []string{"-j", "RETURN"})
+	}
+	for _, e := range p.Entries {
+		if e.Domain != "" || !e.Prefix.Addr().Is4() {
+			continue // names go through the resolver; the network has no IPv6
+		}
+		d := []string{"-d", e.Prefix.String()}
+		if e.Port == 0 {
+			rules = append(rules, append(d, "-j", "RETURN"))
+			continue
+		}
+		p := strconv.Itoa(e.Port)
+		rules = append(rules,
+			append(append([]string{}, d...), "-p", "tcp", "-m", "tcp", "--dport", p, "-j", "RETURN"),
+			append(append([]string{}, d...), "-p", "udp", "-m", "udp", "--dport", p, "-j", "RETURN"))
+	}
+	return append(rules, []string{"-g", dynChain})
+}
+
+// dynDrop ends a dynamic chain: what no rule allowed.
+var dynDrop = []string{"-m", "comment", "--comment", commentPrefix + "not allowed", "-j", "DROP"}
+
+// apply puts policy p in force for the sandbox at addr, with the learned
+// addresses dyn. It is transactional from the sandbox's view; it returns
+// the drop counters of the chains it replaced.
+func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (old counters, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := sandboxKey(id)
+	gen := newGen()
+	for gen == f.current[key] {
+		gen = newGen()
+	}
+	mainC, dynC := chainNames(key, gen)
+	undo := func(err error) (counters, error) {
+		_ = f.ipt.ClearAndDeleteChain(table, mainC)
+		_ = f.ipt.ClearAndDeleteChain(table, dynC)
+		return counters{}, err
+	}
+	for _, c := range []string{mainC, dynC} {
+		// A leftover of a crash under the same generation goes first; the
+		// main chain refers to the dynamic one, so it goes before it.
+		if err := f.ipt.ClearAndDeleteChain(table, c); err != nil && !isNotExist(err) {
+			return undo(fmt.Errorf("clear chain %s: %w", c, err))
+		}
+	}
+	for _, c := range []string{dynC, mainC} {
+		if err := f.ipt.NewChain(table, c); err != nil {
+			return undo(fmt.Errorf("create chain %s: %w", c, err))
+		}
+	}
+	for _, r := range dyn {
+		for _, spec := range r.specs() {
+			if err := f.ipt.Append(table, dynC, spec...); err != nil {
+				return undo(fmt.Errorf("fill chain %s: %w", dynC, err))
+			}
+		}
+	}
+	if err := f.ipt.Append(table, dynC, dynDrop...); err != nil {
+		return undo(fmt.Errorf("fill chain %s: %w", dynC, err))
+	}
+	for _, spec := range f.policyRules(id, p, dynC) {
+		if err := f.ipt.Append(table, mainC, spec...); err != nil {
+			return undo(fmt.Errorf("fill chain %s: %w", mainC, err))
+		}
+	}
+	jump := []string{"-s", netip.PrefixFrom(addr, 32).String(), "-g", mainC}
+	if err := f.ipt.Insert(table, f.base, 1, jump...); err != nil {
+		return undo(fmt.Errorf("add jump to %s: %w", mainC, err))
+	}
+	// The new rules are in force; what follows only tidies up.
+	f.current[key] = gen
+	f.addrs[key] = addr
+	if old, err = f.removeExcept(key, gen); err != nil {
+		return old, fmt.Errorf("%w: %w", errTidy, err)
+	}
+	return old, nil
+}
+
+// errTidy marks an error after the new rules were already in force.
+var errTidy = errors.New("new rules in force, but removing the old ones failed")
+
+// counters are the drop counters of a sandbox's chains.
+type counters struct{ packets, bytes int64 }
+
+func (c *counters) add(o counters) { c.packets += o.packets; c.bytes += o.bytes }
+
+// jumps lists the sandbox jumps in the base chain: target chain → source.
+func (f *firewall) jumps() (map[string]string, error) {
+	lines, err := f.ipt.List(table, f.base)
+	if err != nil {
+		return nil, fmt.Errorf("list chain %s: %w", f.base, err)
+	}
+	out := map[string]string{}
+	for _, l := range lines {
+		fs := strings.Fields(l)
+		var src, target string
+		for i := 0; i+1 < len(fs); i++ {
+			switch fs[i] {
+			case "-s":
+				src = fs[i+1]
+			case "-j", "-g":
+				target = fs[i+1]
+			}
+		}
+		if strings.HasPrefix(target, prefixMain) && src != "" {
+			out[target] = src
+		}
+	}
+	return out, nil
+}
+
+// removeExcept deletes every jump and chain of sandbox key but generation
+// keep ("" removes all) and returns the drop counters they held.
+func (f *firewall) removeExcept(key, keep string) (counters, error) {
+	var total counters
+	var errs []error
+	jumps, err := f.jumps()
+	if err != nil {
+		return total, err
+	}
+	keepMain, _ := chainNames(key, keep)
+	for target, src := range jumps {
+		if !strings.HasPrefix(target, prefixMain+key+"-") || (keep != "" && target == keepMain) {
+			continue
+		}
+		if err := f.ipt.DeleteIfExists(table, f.base, "-s", src, "-g", target); err != nil {
+			errs = append(errs, fmt.Errorf("delete jump to %s: %w", target, err))
+		}
+	}
+	chains, err := f.ipt.ListChains(table)
+	if err != nil {
+		return total, errors.Join(append(errs, fmt.Errorf("list chains: %w", err))...)
+	}
+	// Main chains go first: they refer to the dynamic ones.
+	for _, prefix := range []string{prefixMain, prefixDyn} {
+		for _, c := range chains {
+			if !strings.HasPrefix(c, prefix+key+"-") || (keep != "" && strings.HasSuffix(c, "-"+keep)) {
+				continue
+			}
+			if n, err := f.drops(c); err == nil {
+				total.add(n)
+			}
+			if err := f.ipt.ClearAndDeleteChain(table, c); err != nil && !isNotExist(err) {
+				errs = append(errs, fmt.Errorf("delete chain %s: %w", c, err))
+			}
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// remove deletes every rule of the sandbox and returns its drop counters.
+func (f *firewall) remove(id string) (counters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := sandboxKey(id)
+	delete(f.current, key)
+	delete(f.addrs, key)
+	return f.removeExcept(key, "")
+}
+
+// drops sums the DROP rules' counters of chain.
+func (f *firewall) drops(chain string) (counters, error) {
+	stats, err := f.ipt.StructuredStats(table, chain)
+	if err != nil {
+		return counters{}, err
+	}
+	var c counters
+	for _, s := range stats {
+		if s.Target == "DROP" {
+			c.packets += int64(s.Packets)
+			c.bytes += int64(s.Bytes)
+		}
+	}
+	return c, nil
+}
+
+// sandboxDrops reads the current drop counters of a sandbox.
+func (f *firewall) sandboxDrops(id string) (counters, bool) {
+	f.mu.Lock()
+	gen, ok := f.current[sandboxKey(id)]
+	f.mu.Unlock()
+	if !ok {
+		return counters{}, false
+	}
+	mainC, dynC := chainNames(sandboxKey(id), gen)
+	c, err := f.drops(mainC)
+	if err != nil {
+		return c, false
+	}
+	d, err := f.drops(dynC)
+	c.add(d)
+	return c, err == nil
+}
+
+// addDyn allows a learned address for the sandbox's current rules.
+func (f *firewall) addDyn(id string, r dynRule) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	gen, ok := f.current[sandboxKey(id)]
+	if !ok {
+		return fmt.Errorf("sandbox %s has no rules", id)
+	}
+	_, dynC := chainNames(sandboxKey(id), gen)
+	for _, spec := range r.specs() {
+		// Above the chain's final DROP.
+		if err := f.ipt.Insert(table, dynC, 1, spec...); err != nil {
+			return fmt.Errorf("allow %s for sandbox %s: %w", r.Addr, id, err)
+		}
+	}
+	return nil
+}
+
+// delDyn withdraws a learned address.
+func (f *firewall) delDyn(id string, r dynRule) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	gen, ok := f.current[sandboxKey(id)]
+	if !ok {
+		return nil
+	}
+	_, dynC := chainNames(sandboxKey(id), gen)
+	var errs []error
+	for _, spec := range r.specs() {
+		if err := f.ipt.DeleteIfExists(table, dynC, spec...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prune removes the rules of every sandbox jumped to from the base chain
+// that is not in keep (sandbox ids). Only this network's base chain is
+// looked at, so daemons with other networks on the same host are safe.
+func (f *firewall) prune(keep []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := map[string]bool{}
+	for _, id := range keep {
+		keys[sandboxKey(id)] = true
+	}
+	jumps, err := f.jumps()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for target := range jumps {
+		rest := strings.TrimPrefix(target, prefixMain)
+		i := strings.LastIndexByte(rest, '-')
+		if i < 0 {
+			continue
+		}
+		key := rest[:i]
+		if keys[key] {
+			continue
+		}
+		if _, err := f.removeExcept(key, ""); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// baseOK reports whether the jumps to the base chain are in place: a host
+// firewall reload or an engine restart can remove them.
+func (f *firewall) baseOK() bool {
+	for _, c := range []string{chainForward, chainInput} {
+		if ok, err := f.ipt.Exists(table, c, f.baseJump()...); err != nil || !ok {
+			return false
+		}
+	}
+	ok, err := f.ipt.Exists(table, f.base, baseDrop...)
+	return err == nil && ok
+}
+
+// sandboxOK reports whether the sandbox's jump is still in place.
+func (f *firewall) sandboxOK(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := sandboxKey(id)
+	gen, ok := f.current[key]
+	if !ok {
+		return false
+	}
+	mainC, _ := chainNames(key, gen)
+	ok, err := f.ipt.Exists(table, f.base, "-s", netip.PrefixFrom(f.addrs[key], 32).String(), "-g", mainC)
+	return err == nil && ok
+}
+
+func isNotExist(err error) bool {
+	var e *iptables.Error
+	if errors.As(err, &e) {
+		return e.IsNotExist()
+	}
+	return false
+}

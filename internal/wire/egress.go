@@ -1,0 +1,75 @@
+package wire
+
+import "time"
+
+// Egress modes of a sandbox.
+const (
+	// EgressOpen reaches anything but other sandboxes, the host's ports
+	// (DNS and the LLM gateway excepted) and link-local addresses.
+	EgressOpen = "open"
+	// EgressNone has no network at all: loopback only.
+	EgressNone = "none"
+	// EgressAllowlist reaches only the destinations in Allow.
+	EgressAllowlist = "allowlist"
+)
+
+// EgressPolicy says where a sandbox may connect. It is part of the create
+// request, of the sandbox object, and the body of PUT .../egress.
+type EgressPolicy struct {
+	// Mode is open, none or allowlist. Empty means allowlist when Allow is
+	// set, else the daemon's default mode.
+	Mode string `json:"mode,omitempty"`
+	// Allow lists the allowed destinations of an allowlist sandbox:
+	// "example.com", "*.example.com" (subdomains only), "10.0.0.0/8",
+	// "192.0.2.1", each optionally with ":port" ("api.example.com:443",
+	// "[2001:db8::/32]:443" for IPv6).
+	Allow []string `json:"allow,omitempty"`
+}
+
+// EgressStatus is the answer of GET /v1/sandboxes/{id}/egress: the policy
+// in force and what the sandbox tried that it was not allowed to.
+type EgressStatus struct {
+	Policy EgressPolicy `json:"policy"`
+	// Address is the sandbox's address on the egress network; empty in
+	// mode none or when the sandbox is not running.
+	Address string `json:"address,omitempty"`
+	// Enforced says the host firewall rules of the policy are in place.
+	Enforced bool `json:"enforced"`
+	// DroppedPackets and DroppedBytes count what the firewall dropped
+	// from this sandbox since the daemon started.
+	DroppedPackets int64 `json:"droppedPackets"`
+	DroppedBytes   int64 `json:"droppedBytes"`
+	// RefusedQueries counts DNS queries for names not on the allowlist.
+	RefusedQueries int64 `json:"refusedQueries"`
+	// Resolved are the addresses the DNS resolver allowed for allowlisted
+	// names, until they expire.
+	Resolved []EgressResolved `json:"resolved"`
+	// Denied is a bounded log of recent denied attempts, newest last.
+	Denied []EgressDenial `json:"denied"`
+}
+
+// EgressResolved is one address allowed because an allowlisted name
+// resolved to it.
+type EgressResolved struct {
+	Name      string    `json:"name"`
+	Address   string    `json:"address"`
+	Port      int       `json:"port,omitempty"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Kinds of EgressDenial.
+const (
+	DenialDNS     = "dns"     // a query for a name not on the allowlist
+	DenialConnect = "connect" // packets the firewall dropped
+)
+
+// EgressDenial is one denied attempt.
+type EgressDenial struct {
+	Time time.Time `json:"time"`
+	Kind string    `json:"kind"`
+	// Name is the refused DNS name (kind dns).
+	Name string `json:"name,omitempty"`
+	// Packets is how many packets were dropped since the previous entry
+	// of this kind (kind connect).
+	Packets int64 `json:"packets,omitempty"`
+}
