@@ -107,13 +107,9 @@ func parseExcludes(pats []string) (excludeSet, error) {
 		case strings.IndexByte(p, 0) >= 0:
 			return s, errdefs.Invalid("exclude", "pattern contains a NUL byte")
 		}
-		// path.Match only reports a bad pattern when it gets that far in
-		// the name; matching against the pattern itself with every
-		// special character still unmatched reaches the end of it.
+		// path.Match checks the whole pattern even when the name does not
+		// match, so a bad pattern is found here, not silently at match.
 		if _, err := path.Match(p, ""); err != nil {
-			return s, errdefs.Invalid("exclude", "pattern %q does not parse: %v", p, err)
-		}
-		if _, err := path.Match(p, p); err != nil {
 			return s, errdefs.Invalid("exclude", "pattern %q does not parse: %v", p, err)
 		}
 		p = strings.Trim(p, "/")

@@ -47,7 +47,15 @@ type Options struct {
 	// PreviewDomain serves {port}-{id}.<PreviewDomain> as the HTTP preview
 	// of that port; empty turns previews by host name off.
 	PreviewDomain string
-	Log           *slog.Logger
+	// Stats samples a running or paused sandbox (the metrics Sampler);
+	// nil answers the stats routes with 501.
+	Stats func(ctx context.Context, sb wire.Sandbox) (wire.SandboxStats, error)
+	// Metrics serves GET /metrics; nil answers it with 501.
+	Metrics http.Handler
+	// ObserveRequest, if set, learns of every finished request; r.Pattern
+	// is the route that matched ("" if none).
+	ObserveRequest func(r *http.Request, status int, elapsed time.Duration)
+	Log            *slog.Logger
 }
 
 // Server is the HTTP API.
@@ -111,7 +119,6 @@ func (s *Server) routes() {
 	s.watchRoutes()
 	s.portRoutes()
 	s.statsRoutes()
-	s.egressRoutes()
 	s.mcpRoutes()
 	s.lifecycleRoutes()
 
@@ -142,6 +149,9 @@ func (s *Server) Handler() http.Handler {
 		// logged as a value too. Authorization is never logged.
 		s.log.Debug("request", "id", rid, "method", r.Method, "path", r.URL.Path, "query", redactPreviewToken(r.URL.RawQuery),
 			"status", rw.status, "bytes", rw.written, "ms", time.Since(start).Milliseconds())
+		if s.opts.ObserveRequest != nil {
+			s.opts.ObserveRequest(r, rw.status, time.Since(start))
+		}
 	})
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/driver/docker"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/metrics"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -109,17 +110,11 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	}
 	log.Info("docker engine", "version", info.EngineVersion)
 
-	eg, stopEgress, err := startEgress(ctx, cfg, drv, log)
-	if err != nil {
-		return err
-	}
-	defer stopEgress()
 	mgr := sandbox.New(drv, st, sandbox.Options{
 		DataDir:      cfg.DataDir,
 		AgentBinary:  agentPath,
 		DefaultImage: cfg.DefaultImage,
 		SetupTimeout: cfg.SetupTimeout,
-		Egress:       eg,
 		Log:          log,
 		Lifecycle:    sandbox.LifecycleOptionsFrom(cfg),
 	})
@@ -129,13 +124,25 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	defer mgr.Close()
 	defer mgr.StartBackground()() // reaper and reconciler; stopped before mgr.Close
 
+	// The sampler keeps each sandbox's previous reading, so CPU % is a
+	// delta whoever asks: an API call, a stream or a metrics scrape.
+	sampler := metrics.NewSampler(drv)
+	mets := metrics.New(metrics.Options{
+		Sandboxes: func(ctx context.Context) ([]wire.Sandbox, error) { return mgr.List(ctx, store.Filter{}) },
+		Stats:     sampler.Sample,
+		Log:       log,
+	})
+
 	srv := api.New(api.Options{
-		Manager:       mgr,
-		Token:         token,
-		ExecTimeout:   cfg.ExecTimeout,
-		MaxExecOutput: cfg.MaxExecOutput,
-		PreviewDomain: cfg.PreviewDomain,
-		Log:           log,
+		Manager:        mgr,
+		Token:          token,
+		ExecTimeout:    cfg.ExecTimeout,
+		MaxExecOutput:  cfg.MaxExecOutput,
+		PreviewDomain:  cfg.PreviewDomain,
+		Stats:          sampler.Sample,
+		Metrics:        mets.Handler(),
+		ObserveRequest: mets.ObserveRequest,
+		Log:            log,
 		Host: func(ctx context.Context) (wire.HostInfo, error) {
 			di, err := drv.Info(ctx)
 			if err != nil {

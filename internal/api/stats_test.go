@@ -1,0 +1,147 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// statsManager knows sandboxes by id and has no agents.
+type statsManager struct {
+	Manager // unused methods panic
+	sbs     map[string]wire.Sandbox
+}
+
+func (m *statsManager) Get(ctx context.Context, id string) (wire.Sandbox, error) {
+	sb, ok := m.sbs[id]
+	if !ok {
+		return sb, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+func (m *statsManager) Agent(ctx context.Context, id string) (*agentconn.Conn, error) {
+	return nil, fmt.Errorf("no agents here: %w", errdefs.ErrUnavailable)
+}
+
+func statsServer(t *testing.T, stats func(context.Context, wire.Sandbox) (wire.SandboxStats, error), metrics http.Handler) http.Handler {
+	t.Helper()
+	m := &statsManager{sbs: map[string]wire.Sandbox{
+		"run":   {ID: "run", State: wire.StateRunning},
+		"pause": {ID: "pause", State: wire.StatePaused},
+		"stop":  {ID: "stop", State: wire.StateStopped},
+	}}
+	return New(Options{Manager: m, Token: "t", Stats: stats, Metrics: metrics, Log: slog.New(slog.DiscardHandler)}).Handler()
+}
+
+func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest("GET", path, nil)
+	req.Header.Set("Authorization", "Bearer t")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestStatsRoute(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	stats := func(ctx context.Context, sb wire.Sandbox) (wire.SandboxStats, error) {
+		calls.Add(1)
+		return wire.SandboxStats{ID: sb.ID, Pids: wire.PidsStats{Current: 1}}, nil
+	}
+	h := statsServer(t, stats, nil)
+	for _, tc := range []struct {
+		path   string
+		status int
+		has    string
+	}{
+		{"/v1/sandboxes/run/stats", 200, `"pids":{"current":1`},
+		{"/v1/sandboxes/pause/stats", 200, `"id":"pause"`},
+		{"/v1/sandboxes/stop/stats", 409, "is stopped"},
+		{"/v1/sandboxes/nope/stats", 404, "nope"},
+		{"/v1/sandboxes/run/stats?stream=true&intervalMs=99", 400, "intervalMs"},
+		{"/v1/sandboxes/run/stats?stream=true&intervalMs=60001", 400, "intervalMs"},
+		{"/v1/sandboxes/run/stats?stream=true&intervalMs=x", 400, "intervalMs"},
+		{"/v1/sandboxes/run/stats?stream=maybe", 400, "stream"},
+		{"/metrics", 501, "not enabled"},
+	} {
+		rec := get(t, h, tc.path)
+		if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.has) {
+			t.Errorf("GET %s: %d %s, want %d with %q", tc.path, rec.Code, rec.Body, tc.status, tc.has)
+		}
+	}
+	// The agent cannot be reached here: the sample goes out without disk.
+	var st wire.SandboxStats
+	if err := json.Unmarshal(get(t, h, "/v1/sandboxes/run/stats").Body.Bytes(), &st); err != nil || st.Disk != nil {
+		t.Errorf("stats %+v, %v: want no disk when the agent does not answer", st, err)
+	}
+
+	none := statsServer(t, nil, nil)
+	if rec := get(t, none, "/v1/sandboxes/run/stats"); rec.Code != 501 {
+		t.Errorf("stats without a Statter: %d, want 501", rec.Code)
+	}
+	served := statsServer(t, stats, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }))
+	if rec := get(t, served, "/metrics"); rec.Code != 200 || rec.Body.String() != "m 1\n" {
+		t.Errorf("metrics: %d %q", rec.Code, rec.Body)
+	}
+}
+
+func TestStatsStream(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	stats := func(ctx context.Context, sb wire.Sandbox) (wire.SandboxStats, error) {
+		if n.Add(1) > 3 {
+			return wire.SandboxStats{}, fmt.Errorf("box went away: %w", errdefs.ErrConflict)
+		}
+		return wire.SandboxStats{ID: sb.ID, Time: time.Now()}, nil
+	}
+	srv := httptest.NewServer(statsServer(t, stats, nil))
+	defer srv.Close()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/v1/sandboxes/run/stats?stream=true&intervalMs=100", nil)
+	req.Header.Set("Authorization", "Bearer t")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+		t.Errorf("content type %q", ct)
+	}
+	var types []string
+	sc := bufio.NewScanner(resp.Body)
+	start := time.Now()
+	for sc.Scan() {
+		var ev wire.StatsEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("line %q: %v", sc.Bytes(), err)
+		}
+		types = append(types, ev.Type)
+		if ev.Type == wire.StatsError && !strings.Contains(ev.Error, "went away") {
+			t.Errorf("error event %q", ev.Error)
+		}
+	}
+	if want := "sample sample sample error"; strings.Join(types, " ") != want {
+		t.Errorf("events %v, want %s", types, want)
+	}
+	if el := time.Since(start); el < 250*time.Millisecond {
+		t.Errorf("3 samples at 100ms took %s", el)
+	}
+	if errors.Is(sc.Err(), context.Canceled) {
+		t.Error("stream did not end by itself")
+	}
+}
