@@ -337,6 +337,7 @@ func TestOpenAPIWireSchemas(t *testing.T) {
 		{"PortWaitResult", wire.PortWaitResult{}, true}, {"SetPortPublicRequest", wire.SetPortPublicRequest{}, false}, {"PortAccess", wire.PortAccess{}, true}, {"PreviewURL", wire.PreviewURL{}, true}, {"TunnelControl", wire.TunnelControl{}, true},
 		{"StartProcessRequest", wire.StartProcessRequest{}, false}, {"Process", wire.Process{}, true}, {"ProcessList", wire.ProcessList{}, true}, {"SignalRequest", wire.SignalRequest{}, false}, {"LogEvent", wire.LogEvent{}, true},
 		{"Timeouts", wire.Timeouts{}, false}, {"SandboxTimeouts", wire.SandboxTimeouts{}, true}, {"SetTimeoutsRequest", wire.SetTimeoutsRequest{}, false}, {"SandboxEvent", wire.SandboxEvent{}, true}, {"SandboxEventList", wire.SandboxEventList{}, true},
+		{"EgressPolicy", wire.EgressPolicy{}, false}, {"EgressStatus", wire.EgressStatus{}, true}, {"EgressResolved", wire.EgressResolved{}, true}, {"EgressDenial", wire.EgressDenial{}, true},
 		{"WatchEvent", wire.WatchEvent{}, true}, {"SandboxStats", wire.SandboxStats{}, true}, {"CPUStats", wire.CPUStats{}, true}, {"MemoryStats", wire.MemoryStats{}, true}, {"PidsStats", wire.PidsStats{}, true}, {"NetworkStats", wire.NetworkStats{}, true}, {"DiskUsage", wire.DiskUsage{}, true}, {"StatsEvent", wire.StatsEvent{}, true},
 		{"Error", errdefs.Body{}, true},
 		{"ErrorDetail", errdefs.Detail{}, true},

@@ -119,6 +119,7 @@ func (s *Server) routes() {
 	s.watchRoutes()
 	s.portRoutes()
 	s.statsRoutes()
+	s.egressRoutes()
 	s.mcpRoutes()
 	s.lifecycleRoutes()
 

@@ -110,11 +110,17 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	}
 	log.Info("docker engine", "version", info.EngineVersion)
 
+	eg, stopEgress, err := startEgress(ctx, cfg, drv, log)
+	if err != nil {
+		return err
+	}
+	defer stopEgress()
 	mgr := sandbox.New(drv, st, sandbox.Options{
 		DataDir:      cfg.DataDir,
 		AgentBinary:  agentPath,
 		DefaultImage: cfg.DefaultImage,
 		SetupTimeout: cfg.SetupTimeout,
+		Egress:       eg,
 		Log:          log,
 		Lifecycle:    sandbox.LifecycleOptionsFrom(cfg),
 	})
