@@ -201,6 +201,7 @@ writes, $HOTCELL_DATA_DIR/token, default ` + config.DefaultDataDir + `/token).`,
 	)
 	for _, c := range []*cobra.Command{
 		a.createCmd(), a.lsCmd(), a.inspectCmd(), a.rmCmd(), a.startCmd(), a.stopCmd(), a.execCmd(), a.cpCmd(),
+		a.pauseCmd(), a.resumeCmd(), a.timeoutsCmd(), a.eventsCmd(),
 		a.egressCmd(),
 	} {
 		c.GroupID = "sandbox"
