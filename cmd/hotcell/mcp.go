@@ -26,7 +26,7 @@ token file), so add it to an agent as a stdio MCP server.
 The daemon also serves the same tools over streamable HTTP at /v1/mcp, with the
 bearer token, for agents that connect to a URL.`,
 		Example: `  claude mcp add hotcell -- hotcell mcp
-  claude mcp add hotcell --env HOTCELL_URL=http://10.0.0.5:8080 --env HOTCELL_TOKEN=... -- hotcell mcp`,
+  claude mcp add --env HOTCELL_URL=http://10.0.0.5:8080 --env HOTCELL_TOKEN=... hotcell -- hotcell mcp`,
 		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()

@@ -47,6 +47,9 @@ func (s *Server) mcpHandler() http.Handler {
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Logger:         log,
 		SessionTimeout: mcpSessionIdle,
+		// A client that hangs up stops its tool call (an exec, say) rather
+		// than leaving it to run to its timeout, where the protocol allows.
+		PropagateRequestCancellation: true,
 	})
 }
 
