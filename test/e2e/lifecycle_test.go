@@ -429,3 +429,69 @@ func TestDaemonKilledDuringCreate(t *testing.T) {
 		t.Errorf("events of the rolled-back create: %s %v", types(evs), err)
 	}
 }
+
+// TestKeepAliveProcessHoldsSandbox: a background process started with
+// keepAlive keeps an idle sandbox up while it runs, and only then.
+func TestKeepAliveProcessHoldsSandbox(t *testing.T) {
+	t.Parallel()
+	d := sharedDaemon(t)
+	ctx := t.Context()
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Timeouts: &client.Timeouts{IdleSeconds: 2, IdleAction: client.ActionPause}})
+	if _, err := d.C.StartProcess(ctx, sb.ID, client.StartProcessRequest{Command: "sleep 6", KeepAlive: true}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	time.Sleep(4500 * time.Millisecond)
+	// Reading the sandbox object is not activity; the process is.
+	if got, _ := d.C.GetSandbox(ctx, sb.ID); got.State != client.StateRunning {
+		t.Fatalf("with a keepAlive process running: got %s, want running", got.State)
+	}
+	waitState(t, d.C, sb.ID, client.StatePaused, 15*time.Second)
+	if el := time.Since(start); el < 6*time.Second {
+		t.Errorf("paused after %s, before the keepAlive process ended", el)
+	}
+}
+
+// TestDaemonKilledKeepsTrueStates: after a SIGKILL of the daemon, running,
+// paused and stopped sandboxes come back in the state they are really in,
+// with their processes untouched.
+func TestDaemonKilledKeepsTrueStates(t *testing.T) {
+	t.Parallel()
+	d := testdaemon.Start(t)
+	t.Cleanup(d.Close)
+	ctx := t.Context()
+	running := newSandbox(t, d, client.CreateSandboxRequest{})
+	paused := newSandbox(t, d, client.CreateSandboxRequest{})
+	stopped := newSandbox(t, d, client.CreateSandboxRequest{})
+	for _, id := range []string{running.ID, paused.ID} {
+		mustOK(t, run(t, d, id, `(i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done) >/dev/null 2>&1 &`), "counter")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if _, err := d.C.PauseSandbox(ctx, paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.C.StopSandbox(ctx, stopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.Stop(syscall.SIGKILL)
+	d.Restart()
+	for id, want := range map[string]client.State{running.ID: client.StateRunning, paused.ID: client.StatePaused, stopped.ID: client.StateStopped} {
+		if got, err := d.C.GetSandbox(ctx, id); err != nil || got.State != want {
+			t.Errorf("%s after SIGKILL: got %s %v, want %s", id, got.State, err, want)
+		}
+	}
+	if _, err := d.C.ResumeSandbox(ctx, paused.ID); err != nil {
+		t.Fatalf("resume after restart: %v\n%s", err, d.Logs())
+	}
+	for _, id := range []string{running.ID, paused.ID} {
+		a := counter(t, d, id)
+		time.Sleep(400 * time.Millisecond)
+		if b := counter(t, d, id); b <= a || a < 2 {
+			t.Errorf("%s: counter %d then %d: the process did not survive and go on", id, a, b)
+		}
+	}
+	evs, _ := d.C.SandboxEvents(ctx, paused.ID, client.EventsOptions{})
+	if !strings.Contains(types(evs), "recovered") {
+		t.Errorf("no recovered event: %s", types(evs))
+	}
+}
