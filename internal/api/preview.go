@@ -187,6 +187,7 @@ func (s *Server) proxyPreviewHost(w http.ResponseWriter, r *http.Request, id str
 	if err != nil {
 		return err
 	}
+	defer s.begin(id)() // preview traffic is activity (docs/lifecycle.md)
 	var proxyErr error
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
