@@ -518,7 +518,7 @@ func Teardown(network string, subnet netip.Prefix) error {
 		errs = append(errs, err)
 	}
 	for _, c := range []string{chainForward, chainInput} {
-		if err := ipt.DeleteIfExists(table, c, f.baseJump()...); err != nil {
+		if err := ipt.DeleteIfExists(table, c, f.baseJump(c)...); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -134,7 +134,15 @@ func newGen() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (f *firewall) baseJump() []string { return []string{"-s", f.subnet.String(), "-j", f.base} }
+// baseJump is the rule that sends a sandbox's packets from chain c to the
+// network's chain. The host's own connections to its gateway address come
+// from that address too, but over lo, so INPUT leaves lo out.
+func (f *firewall) baseJump(c string) []string {
+	if c == chainInput {
+		return []string{"-s", f.subnet.String(), "!", "-i", "lo", "-j", f.base}
+	}
+	return []string{"-s", f.subnet.String(), "-j", f.base}
+}
 
 var baseDrop = []string{"-m", "comment", "--comment", commentPrefix + "unknown sandbox address", "-j", "DROP"}
 
@@ -161,13 +169,16 @@ func (f *firewall) ensureBase() (changed bool, err error) {
 		}
 		changed = true
 	}
+	// The first INPUT jump of this layout matched lo too, cutting the host
+	// off from its own gateway address.
+	_ = f.ipt.DeleteIfExists(table, chainInput, "-s", f.subnet.String(), "-j", f.base)
 	for _, c := range []string{chainForward, chainInput} {
-		ok, err := f.ipt.Exists(table, c, f.baseJump()...)
+		ok, err := f.ipt.Exists(table, c, f.baseJump(c)...)
 		if err != nil {
 			return changed, fmt.Errorf("check jump from %s (is Docker running? it makes %s): %w", c, chainForward, err)
 		}
 		if !ok {
-			if err := f.ipt.Insert(table, c, 1, f.baseJump()...); err != nil {
+			if err := f.ipt.Insert(table, c, 1, f.baseJump(c)...); err != nil {
 				return changed, fmt.Errorf("add jump from %s to %s: %w", c, f.base, err)
 			}
 			changed = true
@@ -460,7 +471,7 @@ func (f *firewall) prune(keep []string) error {
 // firewall reload or an engine restart can remove them.
 func (f *firewall) baseOK() bool {
 	for _, c := range []string{chainForward, chainInput} {
-		if ok, err := f.ipt.Exists(table, c, f.baseJump()...); err != nil || !ok {
+		if ok, err := f.ipt.Exists(table, c, f.baseJump(c)...); err != nil || !ok {
 			return false
 		}
 	}
