@@ -56,6 +56,8 @@ type Options struct {
 	// is the route that matched ("" if none).
 	ObserveRequest func(r *http.Request, status int, elapsed time.Duration)
 	Log            *slog.Logger
+	// Backups serves backups, restores and snapshots; nil answers them with 501.
+	Backups Backups
 }
 
 // Server is the HTTP API.
@@ -122,6 +124,7 @@ func (s *Server) routes() {
 	s.egressRoutes()
 	s.mcpRoutes()
 	s.lifecycleRoutes()
+	s.backupRoutes()
 
 	// Anything else under the API gets a JSON 404 rather than the mux's text.
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) error {

@@ -115,6 +115,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return err
 	}
 	defer stopEgress()
+	bk := newBackups(cfg.DataDir, st, drv, log)
 	mgr := sandbox.New(drv, st, sandbox.Options{
 		DataDir:      cfg.DataDir,
 		AgentBinary:  agentPath,
@@ -123,9 +124,13 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Egress:       eg,
 		Log:          log,
 		Lifecycle:    sandbox.LifecycleOptionsFrom(cfg),
+		CreateHook:   bk,
 	})
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
+	}
+	if err := startBackups(ctx, bk, mgr); err != nil {
+		return err
 	}
 	defer mgr.Close()
 	defer mgr.StartBackground()() // reaper and reconciler; stopped before mgr.Close
@@ -149,6 +154,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Metrics:        mets.Handler(),
 		ObserveRequest: mets.ObserveRequest,
 		Log:            log,
+		Backups:        bk,
 		Host: func(ctx context.Context) (wire.HostInfo, error) {
 			di, err := drv.Info(ctx)
 			if err != nil {

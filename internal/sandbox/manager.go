@@ -47,6 +47,8 @@ type Options struct {
 	Log    *slog.Logger
 	// Lifecycle configures timeouts, the reaper and the reconciler.
 	Lifecycle LifecycleOptions
+	// CreateHook, when set, takes part in Create (backups and snapshots).
+	CreateHook CreateHook
 }
 
 // Manager drives sandboxes through their lifecycle.
@@ -138,6 +140,11 @@ func (m *Manager) closeConn(id string) {
 // ready to exec. On failure nothing is left behind: no box, no volume, no
 // run dir, no record.
 func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, progress driver.Progress) (wire.Sandbox, error) {
+	if m.opts.CreateHook != nil {
+		if err := m.opts.CreateHook.PrepareCreate(ctx, &req); err != nil {
+			return wire.Sandbox{}, err
+		}
+	}
 	image := req.Image
 	if image == "" {
 		image = m.opts.DefaultImage
@@ -215,6 +222,11 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 	}
 	if err := m.waitAgent(ctx, sb.ID, conn); err != nil {
 		return fail(err)
+	}
+	if m.opts.CreateHook != nil {
+		if err := m.opts.CreateHook.AfterReady(ctx, sb.ID, conn, req); err != nil {
+			return fail(err)
+		}
 	}
 	if req.Repo != nil {
 		progress("cloning " + redactURL(req.Repo.URL))

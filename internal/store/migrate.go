@@ -47,6 +47,21 @@ var migrations = []string{
 		sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes (id) ON DELETE CASCADE,
 		at         INTEGER NOT NULL
 	) WITHOUT ROWID;`,
+	// 3: backups and snapshots, recorded only once complete (see backups.go).
+	`CREATE TABLE backups (
+		id         TEXT PRIMARY KEY,
+		sandbox_id TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		doc        TEXT NOT NULL
+	);
+	CREATE INDEX backups_sandbox ON backups (sandbox_id, created_at);
+	CREATE TABLE snapshots (
+		id         TEXT PRIMARY KEY,
+		sandbox_id TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		doc        TEXT NOT NULL
+	);
+	CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id, created_at);`,
 }
 
 // SchemaVersion is the schema version this binary writes.

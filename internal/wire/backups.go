@@ -39,6 +39,13 @@ type BackupEvent struct {
 	Code   string  `json:"code,omitempty"`
 }
 
+// Sandbox event types of backups and snapshots (SandboxEventRestored is
+// in lifecycle.go).
+const (
+	SandboxEventBackedUp    = "backed-up"
+	SandboxEventSnapshotted = "snapshotted"
+)
+
 // Backup event types.
 const (
 	BackupEventProgress = "progress"

@@ -46,6 +46,10 @@ type CreateSandboxRequest struct {
 	Egress *EgressPolicy `json:"egress,omitempty"`
 	// Timeouts: idle timeout and maximum lifetime; absent means the daemon defaults.
 	Timeouts *Timeouts `json:"timeouts,omitempty"`
+	// Restore fills the workspace from a backup before setup runs.
+	Restore *RestoreSource `json:"restore,omitempty"`
+	// Snapshot creates the sandbox from a snapshot: its image and workspace.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // SetupResult records one setup command run at create.
