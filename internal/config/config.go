@@ -81,6 +81,12 @@ type Config struct {
 	// Lifecycle defaults and reconciler settings (lifecycle.go).
 	IdleTimeout, MaxLifetime, OrphanGrace     time.Duration
 	IdleAction, LifetimeAction, EngineRestart string
+	// Providers are the LLM gateway's upstreams ([[provider]] tables of the
+	// config file and of ProvidersFile; gateway.go).
+	Providers     []Provider
+	ProvidersFile string
+	// providersFileRead keeps a second Validate from reading it again.
+	providersFileRead bool
 
 	// sources maps a setting's key to where its value came from.
 	sources map[string]string
@@ -146,6 +152,7 @@ var settings = []setting{
 	{"max_lifetime", kindDuration, "default maximum lifetime of a sandbox (0: none)", func(c *Config) any { return &c.MaxLifetime }},
 	{"lifetime_action", kindString, "default lifetime action: stop, pause or destroy", func(c *Config) any { return &c.LifetimeAction }},
 	{"orphan_grace", kindDuration, "how long a box of this daemon with no record is kept before removal (0: at once)", func(c *Config) any { return &c.OrphanGrace }},
+	{"providers_file", kindString, "TOML file of [[provider]] tables: the LLM gateway's upstreams", func(c *Config) any { return &c.ProvidersFile }},
 	{"engine_restart_policy", kindString, "sandboxes that ran when the engine restarted: restart or mark (stopped)", func(c *Config) any { return &c.EngineRestart }},
 }
 
@@ -258,6 +265,12 @@ func (c *Config) applyFile(path, namedBy string) error {
 	sort.Strings(keys)
 	source := "file " + path
 	for _, k := range keys {
+		if k == "provider" {
+			if err := c.applyProviders(data, path); err != nil {
+				return err
+			}
+			continue
+		}
 		s, ok := lookup(k)
 		if !ok {
 			return fmt.Errorf("config: %s: unknown key %q (known keys: %s)", path, k, knownKeys())
@@ -419,6 +432,9 @@ func (c *Config) Validate() error {
 	}
 
 	if err := c.validateEgress(bad); err != nil {
+		return err
+	}
+	if err := c.validateProviders(bad); err != nil {
 		return err
 	}
 

@@ -62,6 +62,22 @@ var migrations = []string{
 		doc        TEXT NOT NULL
 	);
 	CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id, created_at);`,
+	// 4: LLM gateway tokens (only their SHA-256; see gateway.go) and the
+	// usage counters that budgets are checked against, so that a daemon
+	// restart neither loses tokens nor resets budgets.
+	`CREATE TABLE gateway_tokens (
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+		provider   TEXT NOT NULL,
+		token_hash TEXT NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (sandbox_id, provider)
+	) WITHOUT ROWID;
+	CREATE TABLE gateway_usage (
+		sandbox_id    TEXT NOT NULL,
+		provider      TEXT NOT NULL,
+		doc           TEXT NOT NULL,
+		PRIMARY KEY (sandbox_id, provider)
+	) WITHOUT ROWID;`,
 }
 
 // SchemaVersion is the schema version this binary writes.

@@ -1,0 +1,417 @@
+// Package gateway is the LLM gateway: a reverse proxy on the sandbox
+// network's gateway address that takes a sandbox-scoped token, swaps it for
+// the provider's real key and forwards to the configured upstream, streaming
+// both ways. It owns the tokens (minted per sandbox and provider, stored
+// hashed), the per-sandbox metering, budgets and rate limits, and the audit
+// log of every request. Keys never leave it: not to a sandbox, not to the
+// API, not to a log line.
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Store is what the gateway keeps in the database.
+type Store interface {
+	PutGatewayToken(ctx context.Context, t store.GatewayToken) error
+	DeleteGatewayTokens(ctx context.Context, sandboxID, provider string) error
+	ListGatewayTokens(ctx context.Context) ([]store.GatewayToken, error)
+	PutGatewayUsage(ctx context.Context, us []store.GatewayUsage) error
+	ListGatewayUsage(ctx context.Context) ([]store.GatewayUsage, error)
+	DeleteGatewayUsage(ctx context.Context, sandboxID string) error
+}
+
+// Options configure a Gateway.
+type Options struct {
+	Providers []config.Provider
+	// Getenv reads key_env keys; os.Getenv if nil.
+	Getenv func(string) string
+	Store  Store
+	// SandboxURL is the gateway's address as sandboxes reach it, without a
+	// path: http://host.docker.internal:8090.
+	SandboxURL string
+	// Subnet and SandboxAt, when set, tie a token to its sandbox's address:
+	// a request from an address in Subnet must come from the box of the
+	// token's sandbox. SandboxAt returns the sandbox at an address.
+	// HostAddr, the host's own address on that network, is let through.
+	Subnet    netip.Prefix
+	HostAddr  netip.Addr
+	SandboxAt func(netip.Addr) (string, bool)
+	// FlushInterval is how often usage counters are written; 2s if 0.
+	FlushInterval time.Duration
+	Log           *slog.Logger
+}
+
+// TokenDir is where a rotated token is written inside a sandbox, as
+// <provider>.token.
+const TokenDir = "/.hotcell-state/gateway"
+
+// Gateway is the LLM gateway. Its methods are safe for concurrent use.
+type Gateway struct {
+	opts      Options
+	log       *slog.Logger
+	providers map[string]*provider
+	names     []string // sorted
+
+	mu     sync.RWMutex
+	byHash map[[32]byte]key // token hash → whose it is
+	grants map[key][32]byte // whose → current token hash
+	usage  map[key]*counters
+
+	// flushMu orders usage writes against Forget, so that a write cannot
+	// bring back the counters of a destroyed sandbox.
+	flushMu sync.Mutex
+}
+
+// key names one sandbox's access to one provider.
+type key struct{ sandbox, provider string }
+
+// New reads the providers' keys, loads the tokens and usage from the
+// store, and revokes the tokens of providers that are no longer
+// configured.
+func New(ctx context.Context, opts Options) (*Gateway, error) {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 2 * time.Second
+	}
+	g := &Gateway{
+		opts:      opts,
+		log:       opts.Log.With("component", "gateway"),
+		providers: map[string]*provider{},
+		byHash:    map[[32]byte]key{},
+		grants:    map[key][32]byte{},
+		usage:     map[key]*counters{},
+	}
+	for _, pc := range opts.Providers {
+		p, err := newProvider(pc, opts.Getenv, g.log)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		g.providers[p.name] = p
+		g.names = append(g.names, p.name)
+	}
+	slices.Sort(g.names)
+	if opts.Store == nil {
+		return g, nil
+	}
+	toks, err := opts.Store.ListGatewayTokens(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	for _, t := range toks {
+		h, ok := parseHash(t.Hash)
+		if !ok {
+			continue
+		}
+		if _, known := g.providers[t.Provider]; !known {
+			// The provider was removed from the config: its tokens go too.
+			g.log.Info("revoking tokens of a provider no longer configured", "sandbox", t.SandboxID, "provider", t.Provider)
+			if err := opts.Store.DeleteGatewayTokens(ctx, t.SandboxID, t.Provider); err != nil {
+				return nil, fmt.Errorf("gateway: %w", err)
+			}
+			continue
+		}
+		k := key{t.SandboxID, t.Provider}
+		g.byHash[h] = k
+		g.grants[k] = h
+	}
+	us, err := opts.Store.ListGatewayUsage(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	for _, u := range us {
+		g.usage[key{u.SandboxID, u.Provider}] = &counters{c: u.GatewayCounters}
+	}
+	return g, nil
+}
+
+// Enabled reports whether any provider is configured.
+func (g *Gateway) Enabled() bool { return len(g.providers) > 0 }
+
+// Providers lists the configured providers, without their keys.
+func (g *Gateway) Providers() []wire.GatewayProvider {
+	out := make([]wire.GatewayProvider, 0, len(g.names))
+	for _, n := range g.names {
+		p := g.providers[n]
+		out = append(out, wire.GatewayProvider{Name: p.name, Kind: p.kind, BaseURL: p.base.String(), Budget: p.budget()})
+	}
+	return out
+}
+
+// Validate checks the provider names of a create request; field names the
+// request field ("gateway") in errors.
+func (g *Gateway) Validate(field string, names []string) error {
+	if len(names) > 0 && len(g.providers) == 0 {
+		return errdefs.Invalid(field, "no LLM gateway providers are configured on this daemon (see [[provider]] in docs/gateway.md)")
+	}
+	for i, n := range names {
+		if _, ok := g.providers[n]; !ok {
+			return errdefs.Invalid(fmt.Sprintf("%s[%d]", field, i), "unknown provider %q (configured: %s)", n, strings.Join(g.names, ", "))
+		}
+		if slices.Index(names, n) != i {
+			return errdefs.Invalid(fmt.Sprintf("%s[%d]", field, i), "provider %q is listed twice", n)
+		}
+	}
+	return nil
+}
+
+// EnvVars returns the names of the variables Grant sets for names, so
+// that a create request cannot set them too.
+func (g *Gateway) EnvVars(names []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		p, ok := g.providers[n]
+		if !ok {
+			continue
+		}
+		for _, v := range p.envNames(!seen[p.kind]) {
+			out = append(out, v)
+		}
+		seen[p.kind] = true
+	}
+	return out
+}
+
+// Grant mints a token per provider for a new sandbox and returns the env
+// vars that point the sandbox's SDKs at the gateway: HOTCELL_<NAME>_BASE_URL
+// and HOTCELL_<NAME>_TOKEN for every provider, and OPENAI_BASE_URL +
+// OPENAI_API_KEY or ANTHROPIC_BASE_URL + ANTHROPIC_API_KEY for the first
+// provider of each of those kinds. The sandbox's record must exist.
+func (g *Gateway) Grant(ctx context.Context, id string, names []string) (map[string]string, error) {
+	if err := g.Validate("gateway", names); err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	seen := map[string]bool{}
+	for _, n := range names {
+		p := g.providers[n]
+		tok, err := g.mint(ctx, key{id, n})
+		if err != nil {
+			if ferr := g.Forget(ctx, id); ferr != nil {
+				g.log.Warn("revoke the tokens of a failed grant", "sandbox", id, "err", ferr)
+			}
+			return nil, err
+		}
+		url := g.baseURL(n)
+		for i, v := range p.envNames(!seen[p.kind]) {
+			if i%2 == 0 {
+				env[v] = url
+			} else {
+				env[v] = tok
+			}
+		}
+		seen[p.kind] = true
+	}
+	if len(names) > 0 {
+		g.log.Info("granted gateway access", "sandbox", id, "providers", names)
+	}
+	return env, nil
+}
+
+func (g *Gateway) baseURL(provider string) string {
+	return strings.TrimSuffix(g.opts.SandboxURL, "/") + "/" + provider
+}
+
+// mint makes a new token for k, records its hash and makes it current; a
+// previous token of k stops working.
+func (g *Gateway) mint(ctx context.Context, k key) (string, error) {
+	tok, h := newToken()
+	if g.opts.Store != nil {
+		if err := g.opts.Store.PutGatewayToken(ctx, store.GatewayToken{SandboxID: k.sandbox, Provider: k.provider, Hash: formatHash(h), CreatedAt: time.Now().UTC()}); err != nil {
+			return "", err
+		}
+	}
+	g.mu.Lock()
+	if old, ok := g.grants[k]; ok {
+		delete(g.byHash, old)
+	}
+	g.grants[k] = h
+	g.byHash[h] = k
+	g.mu.Unlock()
+	return tok, nil
+}
+
+// Rotate replaces a sandbox's token for provider and returns the new one;
+// the old one is refused from now on.
+func (g *Gateway) Rotate(ctx context.Context, id, provider string) (wire.GatewayCredential, error) {
+	k := key{id, provider}
+	g.mu.RLock()
+	_, ok := g.grants[k]
+	g.mu.RUnlock()
+	if !ok {
+		return wire.GatewayCredential{}, fmt.Errorf("sandbox %s has no token for provider %q: %w", id, provider, errdefs.ErrNotFound)
+	}
+	tok, err := g.mint(ctx, k)
+	if err != nil {
+		return wire.GatewayCredential{}, fmt.Errorf("rotate token of sandbox %s for %q: %w", id, provider, err)
+	}
+	g.log.Info("rotated gateway token", "sandbox", id, "provider", provider)
+	return wire.GatewayCredential{Provider: provider, Token: tok, BaseURL: g.baseURL(provider)}, nil
+}
+
+// Revoke ends a sandbox's access to one provider. Its usage is kept.
+func (g *Gateway) Revoke(ctx context.Context, id, provider string) error {
+	k := key{id, provider}
+	g.mu.Lock()
+	if h, ok := g.grants[k]; ok {
+		delete(g.byHash, h)
+		delete(g.grants, k)
+	}
+	g.mu.Unlock()
+	if g.opts.Store != nil {
+		if err := g.opts.Store.DeleteGatewayTokens(ctx, id, provider); err != nil {
+			return err
+		}
+	}
+	g.log.Info("revoked gateway token", "sandbox", id, "provider", provider)
+	return nil
+}
+
+// Forget revokes every token of a destroyed sandbox and drops its usage.
+// It is idempotent.
+func (g *Gateway) Forget(ctx context.Context, id string) error {
+	g.flushMu.Lock()
+	defer g.flushMu.Unlock()
+	g.mu.Lock()
+	for k, h := range g.grants {
+		if k.sandbox == id {
+			delete(g.byHash, h)
+			delete(g.grants, k)
+		}
+	}
+	for k := range g.usage {
+		if k.sandbox == id {
+			delete(g.usage, k)
+		}
+	}
+	g.mu.Unlock()
+	if g.opts.Store == nil {
+		return nil
+	}
+	if err := g.opts.Store.DeleteGatewayTokens(ctx, id, ""); err != nil {
+		return err
+	}
+	return g.opts.Store.DeleteGatewayUsage(ctx, id)
+}
+
+// Usage reports a sandbox's use of every provider it holds a token for or
+// has used.
+func (g *Gateway) Usage(id string) []wire.GatewayUsage {
+	g.mu.RLock()
+	names := map[string]*counters{}
+	for k := range g.grants {
+		if k.sandbox == id {
+			names[k.provider] = nil
+		}
+	}
+	for k, c := range g.usage {
+		if k.sandbox == id {
+			names[k.provider] = c
+		}
+	}
+	g.mu.RUnlock()
+	out := make([]wire.GatewayUsage, 0, len(names))
+	for n, c := range names {
+		u := wire.GatewayUsage{Provider: n}
+		if c != nil {
+			u = c.wire(n)
+		}
+		if p, ok := g.providers[n]; ok {
+			u.Budget = p.budget()
+		}
+		out = append(out, u)
+	}
+	slices.SortFunc(out, func(a, b wire.GatewayUsage) int { return strings.Compare(a.Provider, b.Provider) })
+	return out
+}
+
+// counter returns (making it) the counters of k.
+func (g *Gateway) counter(k key) *counters {
+	g.mu.RLock()
+	c, ok := g.usage[k]
+	g.mu.RUnlock()
+	if ok {
+		return c
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok = g.usage[k]; !ok {
+		c = &counters{}
+		g.usage[k] = c
+	}
+	return c
+}
+
+// Run writes changed usage counters every FlushInterval until ctx ends,
+// then once more.
+func (g *Gateway) Run(ctx context.Context) error {
+	t := time.NewTicker(g.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return g.Flush(context.WithoutCancel(ctx))
+		case <-t.C:
+			if err := g.Flush(ctx); err != nil {
+				g.log.Warn("write gateway usage", "err", err)
+			}
+		}
+	}
+}
+
+// Flush writes the counters that changed since the last flush.
+func (g *Gateway) Flush(ctx context.Context) error {
+	if g.opts.Store == nil {
+		return nil
+	}
+	g.flushMu.Lock()
+	defer g.flushMu.Unlock()
+	g.mu.RLock()
+	var us []store.GatewayUsage
+	var dirty []*counters
+	for k, c := range g.usage {
+		if snap, ok := c.takeDirty(); ok {
+			us = append(us, store.GatewayUsage{SandboxID: k.sandbox, Provider: k.provider, GatewayCounters: snap})
+			dirty = append(dirty, c)
+		}
+	}
+	g.mu.RUnlock()
+	if err := g.opts.Store.PutGatewayUsage(ctx, us); err != nil {
+		for _, c := range dirty {
+			c.markDirty()
+		}
+		return err
+	}
+	return nil
+}
+
+// Handler is the gateway's HTTP handler, for its own listener.
+func (g *Gateway) Handler() http.Handler { return http.HandlerFunc(g.serve) }
+
+// lookup returns whose token tok is.
+func (g *Gateway) lookup(tok string) (key, bool) {
+	if tok == "" {
+		return key{}, false
+	}
+	h := hashToken(tok)
+	g.mu.RLock()
+	k, ok := g.byHash[h]
+	g.mu.RUnlock()
+	return k, ok
+}

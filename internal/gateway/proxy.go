@@ -1,0 +1,291 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// reqState is one proxied request's metering, shared by the handler, the
+// proxy's hooks and the body wrappers through the request's context.
+type reqState struct {
+	p      *provider
+	k      key
+	target *url.URL
+	c      *counters
+
+	in     atomic.Int64 // request body bytes read
+	out    atomic.Int64 // response body bytes read
+	status int
+	usage  usageParser
+	// upstreamErr is the error the proxy answered with, if any.
+	upstreamErr string
+}
+
+type stateKey struct{}
+
+// serve is the gateway: /<provider>/<path under its base URL>.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	name, rest := splitProvider(r.URL.EscapedPath())
+	p, ok := g.providers[name]
+	if !ok {
+		g.refuse(w, r, start, name, "", http.StatusNotFound, "not_found", fmt.Sprintf("no provider %q on this gateway: the path starts with the provider's name, as in the sandbox's *_BASE_URL", name), nil)
+		return
+	}
+	k, ok := g.lookup(p.token(r.Header))
+	switch {
+	case !ok:
+		g.refuse(w, r, start, name, "", http.StatusUnauthorized, "unauthenticated",
+			"missing, wrong or revoked gateway token: send the sandbox's token for "+name+" where the provider's SDK sends its API key", nil)
+		return
+	case k.provider != name:
+		g.refuse(w, r, start, name, k.sandbox, http.StatusUnauthorized, "unauthenticated", fmt.Sprintf("this token is for provider %q, not %q", k.provider, name), nil)
+		return
+	case !g.fromSandbox(r, k.sandbox):
+		g.refuse(w, r, start, name, k.sandbox, http.StatusUnauthorized, "unauthenticated", "this token belongs to another sandbox", nil)
+		return
+	}
+	target, err := p.target(rest, r.URL.RawQuery)
+	if err != nil {
+		g.refuse(w, r, start, name, k.sandbox, http.StatusBadRequest, "invalid_argument", err.Error(), nil)
+		return
+	}
+	c := g.counter(k)
+	if rej := c.admit(p, time.Now()); rej != nil {
+		if rej.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(rej.retryAfter.Seconds()+0.999)))
+		}
+		g.refuse(w, r, start, name, k.sandbox, http.StatusTooManyRequests, rej.code, rej.message, map[string]any{"budget": rej.budget, "limit": rej.limit, "used": rej.used})
+		return
+	}
+
+	st := &reqState{p: p, k: k, target: target, c: c}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &countingBody{ReadCloser: r.Body, n: &st.in}
+	}
+	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	// Deferred, so that the record is written also when the proxy aborts a
+	// response cut off half-way (it panics with http.ErrAbortHandler).
+	defer g.finish(r, st, start)
+	p.proxy.ServeHTTP(w, r)
+}
+
+// fromSandbox checks the source address of a request against the token's
+// sandbox: from the sandbox network it must be that sandbox's box. Calls
+// from the host itself (benchmarks, the operator) are not on that network.
+func (g *Gateway) fromSandbox(r *http.Request, id string) bool {
+	if g.opts.SandboxAt == nil || !g.opts.Subnet.IsValid() {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	addr := ap.Addr().Unmap()
+	if !g.opts.Subnet.Contains(addr) || addr == g.opts.HostAddr {
+		return true
+	}
+	got, ok := g.opts.SandboxAt(addr)
+	return ok && got == id
+}
+
+// finish records a proxied request's usage and writes its audit line.
+func (g *Gateway) finish(r *http.Request, st *reqState, start time.Time) {
+	u := st.usage.result()
+	status := st.status
+	if r.Context().Err() != nil {
+		// The sandbox hung up; the proxy canceled the upstream request.
+		st.upstreamErr = "canceled by the sandbox"
+		if status == 0 {
+			status = 499
+		}
+		st.c.record(st.in.Load(), st.out.Load(), u, false)
+	} else {
+		st.c.record(st.in.Load(), st.out.Load(), u, st.upstreamErr != "")
+	}
+	attrs := []any{"sandbox", st.k.sandbox, "provider", st.p.name, "method", r.Method, "path", r.URL.Path,
+		"status", status, "ms", time.Since(start).Milliseconds(), "bytesIn", st.in.Load(), "bytesOut", st.out.Load(),
+		"inputTokens", u.input, "outputTokens", u.output, "totalTokens", u.total}
+	if st.upstreamErr != "" {
+		attrs = append(attrs, "err", st.upstreamErr)
+	}
+	g.log.Info("gateway request", attrs...)
+}
+
+// refuse answers a request that is not forwarded, and audits it.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, start time.Time, provider, sandbox string, status int, code, msg string, extra map[string]any) {
+	writeError(w, status, code, msg, extra)
+	g.log.Info("gateway request refused", "sandbox", sandbox, "provider", provider, "method", r.Method, "path", r.URL.Path,
+		"status", status, "code", code, "ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr)
+}
+
+// writeError writes hotcell's error document, with the top-level "type"
+// and the error's "type" that the OpenAI and Anthropic SDKs read.
+func writeError(w http.ResponseWriter, status int, code, msg string, extra map[string]any) {
+	e := map[string]any{"code": code, "type": code, "message": msg}
+	for k, v := range extra {
+		e[k] = v
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": e})
+}
+
+// splitProvider splits an escaped request path /name/rest into name and
+// the escaped /rest.
+func splitProvider(escaped string) (name, rest string) {
+	s := strings.TrimPrefix(escaped, "/")
+	name, rest, _ = strings.Cut(s, "/")
+	return name, "/" + rest
+}
+
+// target maps the escaped path under the provider's gateway URL to the
+// upstream URL: base path + rest. A path that would leave the base (dot
+// segments, encoded slashes or backslashes that an upstream might decode
+// into them) is refused rather than cleaned: a sandbox gets exactly the
+// provider's API and nothing else on that host.
+func (p *provider) target(escapedRest, rawQuery string) (*url.URL, error) {
+	rest, err := checkRest(escapedRest)
+	if err != nil {
+		return nil, err
+	}
+	u := *p.base
+	u.Path = p.base.Path + rest
+	// Keeps the sandbox's escaping (e.g. %20) where it is a valid one.
+	u.RawPath = p.base.EscapedPath() + escapedRest
+	u.RawQuery = rawQuery
+	return &u, nil
+}
+
+// checkRest validates an escaped path and returns it unescaped.
+func checkRest(escaped string) (string, error) {
+	if !strings.HasPrefix(escaped, "/") {
+		return "", fmt.Errorf("path must start with /")
+	}
+	for _, seg := range strings.Split(escaped[1:], "/") {
+		dec, err := url.PathUnescape(seg)
+		if err != nil {
+			return "", fmt.Errorf("path: bad escape in %q", seg)
+		}
+		if dec == "." || dec == ".." || strings.ContainsAny(dec, "/\\\x00") {
+			return "", fmt.Errorf("path segment %q would leave the provider's base URL", seg)
+		}
+		if strings.Contains(seg, "%") && (strings.Contains(strings.ToLower(seg), "%2e") || strings.Contains(strings.ToLower(seg), "%25")) {
+			// An upstream that decodes twice would see dot segments or
+			// slashes; nothing in the providers' APIs needs these.
+			return "", fmt.Errorf("path segment %q: encoded '.' or '%%' is not allowed", seg)
+		}
+	}
+	dec, err := url.PathUnescape(escaped)
+	if err != nil {
+		return "", fmt.Errorf("path: %v", err)
+	}
+	return dec, nil
+}
+
+// newProxy is the provider's reverse proxy: it flushes every write (SSE
+// chunk by chunk), cancels the upstream request when the sandbox hangs up
+// (the outgoing request carries the incoming one's context), and answers
+// an unreachable upstream with 502 and a slow one with 504.
+func newProxy(p *provider, log *slog.Logger) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Transport:     transport(p),
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			st := pr.In.Context().Value(stateKey{}).(*reqState)
+			u := *st.target
+			pr.Out.URL = &u
+			pr.Out.Host = ""
+			h := pr.Out.Header
+			// The token arrives in one of these; none may reach the upstream.
+			h.Del("Authorization")
+			h.Del("X-Api-Key")
+			h.Del(p.header)
+			h.Set(p.header, p.keyValue)
+			// Identity encoding: the usage is read from the bytes as they pass.
+			h.Del("Accept-Encoding")
+			h.Del("Cookie")
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			st := resp.Request.Context().Value(stateKey{}).(*reqState)
+			st.status = resp.StatusCode
+			st.usage.contentType(resp.Header.Get("Content-Type"))
+			resp.Body = &meterBody{ReadCloser: resp.Body, st: st}
+			// The upstream's cookies are for the upstream's own clients.
+			resp.Header.Del("Set-Cookie")
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			st := r.Context().Value(stateKey{}).(*reqState)
+			if r.Context().Err() != nil {
+				st.upstreamErr = "canceled by the sandbox"
+				return // nobody is left to answer
+			}
+			status, code, msg := classify(p, err)
+			st.status = status
+			st.upstreamErr = msg
+			writeError(w, status, code, msg, nil)
+		},
+	}
+}
+
+// classify turns a failed upstream round trip into a status and message.
+// The message names the provider and the upstream host, never a key.
+func classify(p *provider, err error) (int, string, string) {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return http.StatusGatewayTimeout, "upstream_timeout",
+			fmt.Sprintf("provider %s: upstream %s did not answer within %s", p.name, p.base.Host, p.timeout)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // the URL is already in the message below
+	}
+	return http.StatusBadGateway, "upstream_unreachable",
+		fmt.Sprintf("provider %s: upstream %s cannot be reached: %v", p.name, p.base.Host, err)
+}
+
+// countingBody counts the request body bytes the proxy sends upstream.
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// meterBody counts the response bytes and reads the usage from them as
+// they pass to the sandbox, without holding them back.
+type meterBody struct {
+	io.ReadCloser
+	st *reqState
+}
+
+func (b *meterBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.st.out.Add(int64(n))
+		b.st.usage.write(p[:n])
+	}
+	if err != nil && err != io.EOF && b.st.upstreamErr == "" {
+		b.st.upstreamErr = "upstream response cut off: " + err.Error()
+	}
+	return n, err
+}

@@ -1,0 +1,139 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// GatewayToken is the record of one sandbox-and-provider token of the LLM
+// gateway. Only the token's hash is stored: the database holds nothing a
+// reader could present to the gateway.
+type GatewayToken struct {
+	SandboxID string
+	Provider  string
+	Hash      string
+	CreatedAt time.Time
+}
+
+// GatewayCounters are the usage counters of one sandbox and provider.
+type GatewayCounters struct {
+	Requests     int64 `json:"requests"`
+	Rejected     int64 `json:"rejected"`
+	Errors       int64 `json:"errors"`
+	BytesIn      int64 `json:"bytesIn"`
+	BytesOut     int64 `json:"bytesOut"`
+	InputTokens  int64 `json:"inputTokens"`
+	OutputTokens int64 `json:"outputTokens"`
+	TotalTokens  int64 `json:"totalTokens"`
+}
+
+// GatewayUsage is GatewayCounters with what they count.
+type GatewayUsage struct {
+	SandboxID string
+	Provider  string
+	GatewayCounters
+}
+
+// PutGatewayToken records a token, replacing the sandbox's previous token
+// for the provider (a rotation). The sandbox must exist.
+func (s *Store) PutGatewayToken(ctx context.Context, t GatewayToken) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO gateway_tokens (sandbox_id, provider, token_hash, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (sandbox_id, provider) DO UPDATE SET token_hash = excluded.token_hash, created_at = excluded.created_at`,
+		t.SandboxID, t.Provider, t.Hash, unixNano(t.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("record gateway token of sandbox %q for %q: %w", t.SandboxID, t.Provider, err)
+	}
+	return nil
+}
+
+// DeleteGatewayTokens removes the sandbox's token for provider, or all its
+// tokens when provider is empty. Missing tokens are not an error.
+func (s *Store) DeleteGatewayTokens(ctx context.Context, sandboxID, provider string) error {
+	var err error
+	if provider == "" {
+		_, err = s.db.ExecContext(ctx, `DELETE FROM gateway_tokens WHERE sandbox_id = ?`, sandboxID)
+	} else {
+		_, err = s.db.ExecContext(ctx, `DELETE FROM gateway_tokens WHERE sandbox_id = ? AND provider = ?`, sandboxID, provider)
+	}
+	if err != nil {
+		return fmt.Errorf("delete gateway tokens of sandbox %q: %w", sandboxID, err)
+	}
+	return nil
+}
+
+// ListGatewayTokens returns every token record.
+func (s *Store) ListGatewayTokens(ctx context.Context) ([]GatewayToken, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, provider, token_hash, created_at FROM gateway_tokens`)
+	if err != nil {
+		return nil, fmt.Errorf("list gateway tokens: %w", err)
+	}
+	defer rows.Close()
+	var out []GatewayToken
+	for rows.Next() {
+		var t GatewayToken
+		var at int64
+		if err := rows.Scan(&t.SandboxID, &t.Provider, &t.Hash, &at); err != nil {
+			return nil, fmt.Errorf("list gateway tokens: %w", err)
+		}
+		t.CreatedAt = time.Unix(0, at).UTC()
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// PutGatewayUsage writes the counters of several sandbox-and-provider
+// pairs in one transaction. Counters of sandboxes that no longer exist are
+// skipped, so a write racing a destroy leaves nothing behind.
+func (s *Store) PutGatewayUsage(ctx context.Context, us []GatewayUsage) error {
+	if len(us) == 0 {
+		return nil
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, u := range us {
+			doc, err := json.Marshal(u.GatewayCounters)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO gateway_usage (sandbox_id, provider, doc)
+				SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)
+				ON CONFLICT (sandbox_id, provider) DO UPDATE SET doc = excluded.doc`,
+				u.SandboxID, u.Provider, string(doc), u.SandboxID); err != nil {
+				return fmt.Errorf("record gateway usage of sandbox %q: %w", u.SandboxID, err)
+			}
+		}
+		return nil
+	})
+}
+
+// ListGatewayUsage returns every recorded counter set.
+func (s *Store) ListGatewayUsage(ctx context.Context) ([]GatewayUsage, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, provider, doc FROM gateway_usage`)
+	if err != nil {
+		return nil, fmt.Errorf("list gateway usage: %w", err)
+	}
+	defer rows.Close()
+	var out []GatewayUsage
+	for rows.Next() {
+		var u GatewayUsage
+		var doc string
+		if err := rows.Scan(&u.SandboxID, &u.Provider, &doc); err != nil {
+			return nil, fmt.Errorf("list gateway usage: %w", err)
+		}
+		if err := json.Unmarshal([]byte(doc), &u.GatewayCounters); err != nil {
+			return nil, fmt.Errorf("decode gateway usage of sandbox %q: %w", u.SandboxID, err)
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+// DeleteGatewayUsage removes the counters of a sandbox.
+func (s *Store) DeleteGatewayUsage(ctx context.Context, sandboxID string) error {
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM gateway_usage WHERE sandbox_id = ?`, sandboxID); err != nil {
+		return fmt.Errorf("delete gateway usage of sandbox %q: %w", sandboxID, err)
+	}
+	return nil
+}
