@@ -21,6 +21,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := sandbox.ValidateTimeouts("timeouts", req.Timeouts); err != nil {
 		return err
 	}
+	if err := s.validateGateway(&req); err != nil {
+		return err
+	}
 	sb, err := s.opts.Manager.Create(r.Context(), req, nil)
 	if err != nil {
 		return err

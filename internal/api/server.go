@@ -58,6 +58,8 @@ type Options struct {
 	Log            *slog.Logger
 	// Backups serves backups, restores and snapshots; nil answers them with 501.
 	Backups Backups
+	// Gateway is the LLM gateway; nil answers its routes with 501.
+	Gateway Gateway
 }
 
 // Server is the HTTP API.
@@ -125,6 +127,7 @@ func (s *Server) routes() {
 	s.mcpRoutes()
 	s.lifecycleRoutes()
 	s.backupRoutes()
+	s.gatewayRoutes()
 
 	// Anything else under the API gets a JSON 404 rather than the mux's text.
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) error {

@@ -115,6 +115,11 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return err
 	}
 	defer stopEgress()
+	gw, stopGateway, err := startGateway(ctx, cfg, st, eg, log)
+	if err != nil {
+		return err
+	}
+	defer stopGateway()
 	bk := newBackups(cfg.DataDir, st, drv, log)
 	mgr := sandbox.New(drv, st, sandbox.Options{
 		DataDir:      cfg.DataDir,
@@ -125,6 +130,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Log:          log,
 		Lifecycle:    sandbox.LifecycleOptionsFrom(cfg),
 		CreateHook:   bk,
+		Gateway:      gw,
 	})
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
@@ -143,6 +149,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Stats:     sampler.Sample,
 		Log:       log,
 	})
+	mets.Registry().MustRegister(gw.Collector())
 
 	srv := api.New(api.Options{
 		Manager:        mgr,
@@ -155,6 +162,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		ObserveRequest: mets.ObserveRequest,
 		Log:            log,
 		Backups:        bk,
+		Gateway:        gw,
 		Host: func(ctx context.Context) (wire.HostInfo, error) {
 			di, err := drv.Info(ctx)
 			if err != nil {

@@ -49,6 +49,8 @@ type Options struct {
 	Lifecycle LifecycleOptions
 	// CreateHook, when set, takes part in Create (backups and snapshots).
 	CreateHook CreateHook
+	// Gateway, when set, mints LLM gateway tokens at create (gateway.go).
+	Gateway GatewayHook
 }
 
 // Manager drives sandboxes through their lifecycle.
@@ -175,6 +177,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 		CreatedAt: now,
 		UpdatedAt: now,
 		Timeouts:  m.initialTimeouts(req.Timeouts, now),
+		Gateway:   req.Gateway,
 	}
 	unlock := m.lock(sb.ID)
 	defer unlock()
@@ -211,6 +214,9 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 		Instance:      m.life.instance,
 	}
 	m.prepareEgress(&spec, sb)
+	if err := m.grantGateway(ctx, &spec, req.Gateway); err != nil {
+		return fail(err)
+	}
 	if err := m.drv.Create(ctx, spec); err != nil {
 		return fail(fmt.Errorf("create box: %w", err))
 	}
@@ -293,6 +299,9 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 	m.life.activity.forget(id)
 	var errs []error
 	if err := m.forgetEgress(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.forgetGateway(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := m.drv.Destroy(ctx, id); err != nil {

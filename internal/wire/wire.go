@@ -50,6 +50,9 @@ type CreateSandboxRequest struct {
 	Restore *RestoreSource `json:"restore,omitempty"`
 	// Snapshot creates the sandbox from a snapshot: its image and workspace.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Gateway names the LLM gateway providers the sandbox may call; each
+	// gets a token scoped to the sandbox in its env (docs/gateway.md).
+	Gateway []string `json:"gateway,omitempty"`
 }
 
 // SetupResult records one setup command run at create.
@@ -92,6 +95,9 @@ type Sandbox struct {
 	// PublicPorts are the ports whose preview needs no token
 	// (POST /v1/sandboxes/{id}/ports/{port}/public).
 	PublicPorts []int `json:"publicPorts,omitempty"`
+	// Gateway names the LLM gateway providers the sandbox holds a token
+	// for (the tokens themselves are only in the sandbox's env).
+	Gateway []string `json:"gateway,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

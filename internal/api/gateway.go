@@ -1,0 +1,182 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path"
+
+	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/gateway"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Gateway is what the API needs from the LLM gateway.
+type Gateway interface {
+	Validate(field string, providers []string) error
+	EnvVars(providers []string) []string
+	Providers() []wire.GatewayProvider
+	Usage(id string) []wire.GatewayUsage
+	Rotate(ctx context.Context, id, provider string) (wire.GatewayCredential, error)
+}
+
+// gatewayManager is what the revoke route needs from the manager.
+type gatewayManager interface {
+	RevokeGateway(ctx context.Context, id, provider string) (wire.Sandbox, error)
+}
+
+func (s *Server) gatewayRoutes() {
+	s.handle("GET /v1/gateway/providers", s.gatewayProviders)
+	s.handle("GET /v1/sandboxes/{id}/usage", s.sandboxUsage)
+	s.handle("POST /v1/sandboxes/{id}/gateway/{provider}/rotate", s.rotateGatewayToken)
+	s.handle("DELETE /v1/sandboxes/{id}/gateway/{provider}", s.revokeGateway)
+}
+
+// validateGateway checks a create request's providers at the edge: an
+// unknown one is a 400 naming gateway[i], and the request's own env may not
+// set the variables the gateway sets (they would carry a key into the box).
+func (s *Server) validateGateway(req *wire.CreateSandboxRequest) error {
+	if len(req.Gateway) == 0 {
+		return nil
+	}
+	if s.opts.Gateway == nil {
+		return errdefs.Invalid("gateway", "the LLM gateway is not enabled on this daemon")
+	}
+	if err := s.opts.Gateway.Validate("gateway", req.Gateway); err != nil {
+		return err
+	}
+	for _, v := range s.opts.Gateway.EnvVars(req.Gateway) {
+		if _, ok := req.Env[v]; ok {
+			return errdefs.Invalid("env."+v, "is set by the LLM gateway for the providers in \"gateway\"; leave it out")
+		}
+	}
+	return nil
+}
+
+func (s *Server) gateway() (Gateway, error) {
+	if s.opts.Gateway == nil {
+		return nil, fmt.Errorf("llm gateway: %w", errdefs.ErrNotImplemented)
+	}
+	return s.opts.Gateway, nil
+}
+
+// pathProvider returns the validated {provider} of the route.
+func pathProvider(r *http.Request) (string, error) {
+	p := r.PathValue("provider")
+	if !config.ValidProviderName(p) {
+		return "", errdefs.Invalid("provider", "%q is not a provider name", clip(p))
+	}
+	return p, nil
+}
+
+func (s *Server) gatewayProviders(w http.ResponseWriter, r *http.Request) error {
+	g, err := s.gateway()
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.GatewayProviderList{Providers: g.Providers()})
+	return nil
+}
+
+func (s *Server) sandboxUsage(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	g, err := s.gateway()
+	if err != nil {
+		return err
+	}
+	if _, err := s.opts.Manager.Get(r.Context(), id); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.SandboxUsage{SandboxID: id, Providers: g.Usage(id)})
+	return nil
+}
+
+// rotateGatewayToken replaces a sandbox's token for a provider. The box's
+// env cannot change after it started, so the new token is returned and,
+// when the sandbox runs, written to gateway.TokenDir/<provider>.token in it.
+func (s *Server) rotateGatewayToken(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	provider, err := pathProvider(r)
+	if err != nil {
+		return err
+	}
+	g, err := s.gateway()
+	if err != nil {
+		return err
+	}
+	sb, err := s.opts.Manager.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	cred, err := g.Rotate(r.Context(), id, provider)
+	if err != nil {
+		return err
+	}
+	if sb.State == wire.StateRunning {
+		file := path.Join(gateway.TokenDir, provider+".token")
+		if err := s.writeSandboxFile(r.Context(), id, file, []byte(cred.Token+"\n")); err != nil {
+			// The rotation stands (the old token is dead); the caller has
+			// the new one and learns that the file was not written.
+			s.log.Warn("write rotated gateway token into the sandbox", "sandbox", id, "provider", provider, "err", err)
+		} else {
+			cred.TokenFile = file
+		}
+	}
+	writeJSON(w, http.StatusOK, cred)
+	return nil
+}
+
+// writeSandboxFile writes a small file in a running sandbox through its
+// agent, mode 0600, making its directory.
+func (s *Server) writeSandboxFile(ctx context.Context, id, file string, data []byte) error {
+	conn, err := s.opts.Manager.Agent(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := conn.DoJSON(ctx, http.MethodPost, "/v1/fs/mkdir", wire.MkdirRequest{Path: path.Dir(file), Parents: true, Mode: "0700"}, nil); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/files?"+url.Values{"path": {file}, "mode": {"0600"}}.Encode(), bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	resp, err := conn.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return errdefs.Read(resp)
+	}
+	return nil
+}
+
+func (s *Server) revokeGateway(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	provider, err := pathProvider(r)
+	if err != nil {
+		return err
+	}
+	gm, ok := s.opts.Manager.(gatewayManager)
+	if !ok {
+		return fmt.Errorf("llm gateway: %w", errdefs.ErrNotImplemented)
+	}
+	sb, err := gm.RevokeGateway(r.Context(), id, provider)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}

@@ -1,0 +1,85 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// GatewayHook is what the manager needs from the LLM gateway
+// (internal/gateway): tokens scoped to a sandbox, minted at create and
+// revoked with it. Declared here, by its caller.
+type GatewayHook interface {
+	// Grant mints the sandbox's tokens for providers and returns the env
+	// vars that carry them and the gateway's URLs into the box.
+	Grant(ctx context.Context, id string, providers []string) (map[string]string, error)
+	// Revoke ends the sandbox's access to one provider.
+	Revoke(ctx context.Context, id, provider string) error
+	// Forget revokes every token of a destroyed sandbox.
+	Forget(ctx context.Context, id string) error
+}
+
+// grantGateway mints the tokens of a new sandbox (its record must exist)
+// and adds their env vars to the box's spec; the record's env does not
+// get them, so the API never shows a token.
+func (m *Manager) grantGateway(ctx context.Context, spec *driver.Spec, providers []string) error {
+	if len(providers) == 0 {
+		return nil
+	}
+	if m.opts.Gateway == nil {
+		return errdefs.Invalid("gateway", "the LLM gateway is not enabled on this daemon")
+	}
+	vars, err := m.opts.Gateway.Grant(ctx, spec.ID, providers)
+	if err != nil {
+		return fmt.Errorf("grant gateway access: %w", err)
+	}
+	env := maps.Clone(spec.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, vars)
+	spec.Env = env
+	return nil
+}
+
+func (m *Manager) forgetGateway(ctx context.Context, id string) error {
+	if m.opts.Gateway == nil {
+		return nil
+	}
+	if err := m.opts.Gateway.Forget(ctx, id); err != nil {
+		return fmt.Errorf("revoke gateway tokens: %w", err)
+	}
+	return nil
+}
+
+// RevokeGateway removes a provider from a sandbox: its token stops working
+// at once (the variable stays in the box's env, useless).
+func (m *Manager) RevokeGateway(ctx context.Context, id, provider string) (wire.Sandbox, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	i := slices.Index(sb.Gateway, provider)
+	if i < 0 {
+		return sb, fmt.Errorf("sandbox %s has no gateway access to provider %q: %w", id, provider, errdefs.ErrNotFound)
+	}
+	if m.opts.Gateway != nil {
+		if err := m.opts.Gateway.Revoke(ctx, id, provider); err != nil {
+			return sb, err
+		}
+	}
+	sb.Gateway = slices.Delete(slices.Clone(sb.Gateway), i, i+1)
+	sb.UpdatedAt = time.Now().UTC()
+	if err := m.store.Put(ctx, sb); err != nil {
+		return sb, fmt.Errorf("record sandbox %s: %w", id, err)
+	}
+	return m.withDeadlines(sb), nil
+}
