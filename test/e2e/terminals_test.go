@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
@@ -348,4 +350,51 @@ func TestTerminals(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+}
+
+// TestTerminalSurvivesDaemonRestart: a session belongs to the agent, so a
+// daemon restart only drops the client, which re-attaches afterwards.
+func TestTerminalSurvivesDaemonRestart(t *testing.T) {
+	d := testdaemon.Start(t)
+	t.Cleanup(d.Close) // after the sandbox's cleanup, which needs the daemon
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t)})
+	term, err := d.C.OpenTerminal(t.Context(), sb.ID, client.TerminalOptions{Argv: []string{"bash", "--norc", "-i"}, TTY: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := collect(term)
+	typeIn(t, term, "echo before-$((2*21))\r")
+	out.await(t, "before-42")
+	d.Stop(syscall.SIGTERM)
+	waited := make(chan error, 1)
+	go func() { _, err := term.Wait(); waited <- err }()
+	select {
+	case err := <-waited:
+		if err == nil {
+			t.Error("the old connection reported an exit across the restart")
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("Wait did not return 30s after the daemon stopped")
+	}
+	_ = term.Close()
+	d.Restart()
+
+	var again *client.Terminal
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// The agent redials the new daemon with backoff.
+		again, err = d.C.AttachTerminal(t.Context(), sb.ID, term.SessionID())
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("re-attach after the restart: %v\n%s", err, d.Logs())
+	}
+	defer again.Close()
+	out2 := collect(again)
+	out2.await(t, "before-42")
+	typeIn(t, again, "exit 9\r")
+	wantExit(t, again, 9, "")
 }
