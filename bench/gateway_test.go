@@ -113,4 +113,3 @@ func BenchmarkGatewayLatency(b *testing.B) {
 	tb.Note("the gateway's part: token check, budget check, header swap, a second loopback hop, usage parsing as the bytes pass, one audit log line")
 	report(b, tb)
 }
-

@@ -202,7 +202,7 @@ writes, $HOTCELL_DATA_DIR/token, default ` + config.DefaultDataDir + `/token).`,
 	for _, c := range []*cobra.Command{
 		a.createCmd(), a.lsCmd(), a.inspectCmd(), a.rmCmd(), a.startCmd(), a.stopCmd(), a.execCmd(), a.cpCmd(),
 		a.pauseCmd(), a.resumeCmd(), a.timeoutsCmd(), a.eventsCmd(),
-		a.egressCmd(),
+		a.egressCmd(), a.usageCmd(), a.gatewayCmd(),
 		a.backupCmd(), a.backupsCmd(), a.restoreCmd(), a.snapshotCmd(),
 	} {
 		c.GroupID = "sandbox"

@@ -47,6 +47,7 @@ commands have run. Prints the new sandbox's id, or the sandbox as JSON with --js
 			if req.Labels, err = parseKV("label", labels); err != nil {
 				return err
 			}
+			req.Gateway, _ = cmd.Flags().GetStringArray("gateway")
 			if noPersist {
 				f := false
 				req.Persist = &f
@@ -85,6 +86,7 @@ commands have run. Prints the new sandbox's id, or the sandbox as JSON with --js
 	f.StringArrayVar(&setup, "setup", nil, "shell `COMMAND` to run after the clone (repeatable, in order)")
 	f.DurationVar(&setupTimeout, "setup-timeout", 0, "timeout of each setup command (0: the daemon's default)")
 	f.BoolVar(&asJSON, "json", false, "print the sandbox as JSON")
+	f.StringArray("gateway", nil, "LLM gateway `PROVIDER` the sandbox may call with a token of its own (repeatable; hotcell gateway providers)")
 	return cmd
 }
 
