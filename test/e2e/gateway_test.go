@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -396,6 +397,20 @@ print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"
 		}
 		if st := hostPost(t, gw+"/anthropic/v1/messages", env["ANTHROPIC_API_KEY"]); st != 401 {
 			t.Errorf("revoked token: got %d, want 401", st)
+		}
+		// Tokens and usage outlive a daemon restart; the gateway comes back.
+		before, err := d.C.Usage(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Stop(syscall.SIGTERM)
+		d.Restart()
+		after, err := d.C.Usage(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(before.Providers, after.Providers) {
+			t.Errorf("usage across a restart: before %+v, after %+v", before.Providers, after.Providers)
 		}
 		if st := hostPost(t, gw+"/openai/chat/completions", env["OPENAI_API_KEY"]); st != 200 {
 			t.Errorf("openai token before destroy: got %d, want 200", st)
