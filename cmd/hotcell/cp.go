@@ -112,7 +112,9 @@ func (a *app) download(ctx context.Context, c *client.Client, id, srcPath, dst s
 			return err
 		}
 		defer rc.Close()
-		if err := writeFileAtomic(target, rc, mode); err != nil {
+		pr := a.copyProgress("copying "+id+":"+srcPath, rc)
+		defer pr.finish()
+		if err := writeFileAtomic(target, pr, mode); err != nil {
 			return fmt.Errorf("cp %s:%s to %s: %w", id, srcPath, target, err)
 		}
 		return nil
@@ -127,7 +129,9 @@ func (a *app) download(ctx context.Context, c *client.Client, id, srcPath, dst s
 		return err
 	}
 	defer rc.Close()
-	if err := extractTar(rc, target, a.stderr); err != nil {
+	pr := a.copyProgress("copying "+id+":"+srcPath, rc)
+	defer pr.finish()
+	if err := extractTar(pr, target, a.stderr); err != nil {
 		return fmt.Errorf("cp %s:%s to %s: %w", id, srcPath, target, err)
 	}
 	return nil
@@ -170,7 +174,9 @@ func (a *app) upload(ctx context.Context, c *client.Client, src, id, dstPath str
 			return fmt.Errorf("cp: %w", err)
 		}
 		defer f.Close()
-		_, err = c.WriteFile(ctx, id, target, f, fi.Mode().Perm())
+		pr := a.copyProgress("copying "+src, f)
+		defer pr.finish()
+		_, err = c.WriteFile(ctx, id, target, pr, fi.Mode().Perm())
 		return err
 	}
 	if existing == nil {
@@ -186,7 +192,9 @@ func (a *app) upload(ctx context.Context, c *client.Client, src, id, dstPath str
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	_, err = c.PutArchive(ctx, id, target, pr)
+	prog := a.copyProgress("copying "+src, pr)
+	_, err = c.PutArchive(ctx, id, target, prog)
+	prog.finish()
 	// If the daemon stopped reading early, unblock the writer.
 	pr.CloseWithError(errors.New("upload ended"))
 	if tarErr := <-done; tarErr != nil && !errors.Is(tarErr, io.ErrClosedPipe) {
@@ -241,4 +249,42 @@ func writeFileAtomic(dst string, r io.Reader, mode fs.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), dst)
+}
+
+// progressAfter is how much a copy moves before it shows progress: small
+// copies stay quiet.
+const progressAfter = 8 << 20
+
+// progressReader reports the bytes read through it once there are more
+// than progressAfter (a bar on a terminal, periodic lines otherwise).
+type progressReader struct {
+	r      io.Reader
+	a      *app
+	what   string
+	n      int64
+	report func(int64)
+	done   func()
+}
+
+func (a *app) copyProgress(what string, r io.Reader) *progressReader {
+	return &progressReader{r: r, a: a, what: what}
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	if p.report == nil && p.n > progressAfter {
+		p.report, p.done = p.a.progress(p.what)
+	}
+	if p.report != nil {
+		p.report(p.n)
+	}
+	return n, err
+}
+
+func (p *progressReader) finish() {
+	if p.done != nil {
+		p.done()
+		p.done = nil
+	}
 }

@@ -65,7 +65,9 @@ themselves; the real keys stay on the host. Give a sandbox access at create
 	providers := &cobra.Command{
 		Use:   "providers",
 		Short: "List the configured providers (never their keys)",
-		Args:  requireArgs(0, 0, "no arguments"),
+		Example: `  hotcell gateway providers
+  hotcell gateway providers --json`,
+		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
 			if err != nil {

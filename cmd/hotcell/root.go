@@ -192,7 +192,7 @@ writes, $HOTCELL_DATA_DIR/token, default ` + config.DefaultDataDir + `/token).`,
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{suggestFlag(c, err)} })
 	root.PersistentFlags().StringVar(&a.flagURL, "url", "", "daemon URL (default $HOTCELL_URL, else "+client.DefaultURL+")")
 	root.PersistentFlags().StringVar(&a.flagToken, "token", "", "API token (default $HOTCELL_TOKEN, else the daemon's token file)")
 	root.AddGroup(
@@ -201,6 +201,7 @@ writes, $HOTCELL_DATA_DIR/token, default ` + config.DefaultDataDir + `/token).`,
 	)
 	for _, c := range []*cobra.Command{
 		a.createCmd(), a.lsCmd(), a.inspectCmd(), a.rmCmd(), a.startCmd(), a.stopCmd(), a.execCmd(), a.cpCmd(),
+		a.shellCmd(), a.runCmd(), a.psCmd(), a.logsCmd(), a.killCmd(), a.portForwardCmd(), a.statsCmd(),
 		a.pauseCmd(), a.resumeCmd(), a.timeoutsCmd(), a.eventsCmd(),
 		a.egressCmd(), a.usageCmd(), a.gatewayCmd(),
 		a.backupCmd(), a.backupsCmd(), a.restoreCmd(), a.snapshotCmd(),
