@@ -275,6 +275,72 @@ func TestCLISession(t *testing.T) {
 		}
 	})
 
+	t.Run("stats stream", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		st := c.cmd(ctx, "stats", id, "--stream", "--json", "--interval", "200ms")
+		out, err := st.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		for i := range 3 {
+			var s client.SandboxStats
+			if !sc.Scan() || json.Unmarshal(sc.Bytes(), &s) != nil || s.ID != id {
+				st.Process.Kill()
+				st.Wait()
+				t.Fatalf("sample %d of stats --stream --json: %q", i, sc.Text())
+			}
+			if i > 0 && s.CPU.WindowMs == 0 {
+				t.Errorf("sample %d has no CPU window", i)
+			}
+		}
+		st.Process.Signal(os.Interrupt)
+		go io.Copy(io.Discard, out)
+		if err := st.Wait(); err != nil {
+			t.Errorf("stats --stream after Ctrl-C: %v, want exit 0", err)
+		}
+	})
+
+	t.Run("shell re-attach", func(t *testing.T) {
+		// A shell whose CLI dies goes on in the sandbox; --attach picks it
+		// up, replays what it missed and ends with its exit code.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		first := c.cmd(ctx, "shell", id, "--", "sh", "-c", "echo early; sleep 2; echo late; exit 6")
+		stdin, _ := first.StdinPipe() // held open: the session must not see EOF
+		defer stdin.Close()
+		out, _ := first.StdoutPipe()
+		if err := first.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "early\n" {
+			t.Fatalf("first attach: got %q, %v", line, err)
+		}
+		first.Process.Kill()
+		first.Wait()
+		terms, err := d.C.ListTerminals(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sid string
+		for _, ti := range terms {
+			if strings.Contains(strings.Join(ti.Argv, " "), "echo late") {
+				sid = ti.ID
+			}
+		}
+		if sid == "" {
+			t.Fatalf("the session is gone after its CLI was killed: %+v", terms)
+		}
+		r := c.run("shell", id, "--attach", sid)
+		if r.code != 6 || !strings.Contains(r.stdout, "late\n") {
+			t.Errorf("shell --attach: got %v, want the rest of the output and exit 6", r)
+		}
+	})
+
 	t.Run("backup and restore", func(t *testing.T) {
 		var bk client.Backup
 		if err := json.Unmarshal([]byte(c.want(0, "backup", id, "--json").stdout), &bk); err != nil || bk.ID == "" {
@@ -366,7 +432,10 @@ func TestCLIShellTmux(t *testing.T) {
 			fmt.Fprintf(&sh, "export %q\n", kv)
 		}
 	}
-	fmt.Fprintf(&sh, "%q shell %s\necho EXIT=$? > %q\n", c.bin, sb.ID, exitFile)
+	// stty -g before and after: the CLI must hand the terminal back as it
+	// found it (not raw).
+	fmt.Fprintf(&sh, "stty -g > %q\n%q shell %s\ncode=$?\nstty -g > %q\necho EXIT=$code > %q\n",
+		filepath.Join(dir, "stty.before"), c.bin, sb.ID, filepath.Join(dir, "stty.after"), exitFile)
 	if err := os.WriteFile(script, []byte(sh.String()), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -434,9 +503,13 @@ func TestCLIShellTmux(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The terminal is left as it was found: not in raw mode.
 	if screen := tm("capture-pane", "-p", "-t", "hc"); strings.Contains(screen, "hotcell:") {
 		t.Errorf("the CLI reported an error:\n%s", screen)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "stty.before"))
+	after, _ := os.ReadFile(filepath.Join(dir, "stty.after"))
+	if len(before) == 0 || string(before) != string(after) {
+		t.Errorf("terminal settings after the shell: got %q, want them restored to %q", after, before)
 	}
 }
 
