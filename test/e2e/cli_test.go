@@ -265,6 +265,61 @@ func TestCLISession(t *testing.T) {
 		}
 	})
 
+	t.Run("port-forward half-close", func(t *testing.T) {
+		// A server that answers only after the client's EOF: the forward
+		// must pass the local half-close in, and the answer and the
+		// server's close back out.
+		c.want(0, "exec", id, "-c", `cat > /tmp/upper.py <<'EOF'
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 9001))
+s.listen()
+while True:
+    c, _ = s.accept()
+    data = b""
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        data += b
+    c.sendall(data.upper())
+    c.close()
+EOF`)
+		c.want(0, "run", id, "--", "python3", "/tmp/upper.py")
+		if _, err := d.C.WaitPort(t.Context(), id, 9001, 30*time.Second); err != nil {
+			t.Fatalf("wait for the server: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		pf := c.cmd(ctx, "port-forward", id, "0:9001")
+		stdout, _ := pf.StdoutPipe()
+		if err := pf.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pf.Process.Signal(os.Interrupt); pf.Wait() }()
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		var addr, rest string
+		if _, err := fmt.Sscanf(line, "forwarding %s -> %s", &addr, &rest); err != nil || strings.HasSuffix(addr, ":0") {
+			t.Fatalf("port-forward 0:9001 printed %q, want the port it chose", line)
+		}
+		payload := bytes.Repeat([]byte("half-close "), 50000) // bigger than one tunnel message
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		go func() {
+			conn.Write(payload)
+			conn.(*net.TCPConn).CloseWrite()
+		}()
+		got, err := io.ReadAll(conn)
+		if err != nil || !bytes.Equal(got, bytes.ToUpper(payload)) {
+			t.Errorf("answer through the forward: %d bytes, %v; want %d bytes, upper-cased", len(got), err, len(payload))
+		}
+	})
+
 	t.Run("stats", func(t *testing.T) {
 		var s client.SandboxStats
 		if err := json.Unmarshal([]byte(c.want(0, "stats", id, "--json").stdout), &s); err != nil || s.ID != id || s.Memory.UsageBytes <= 0 || s.Pids.Current <= 0 {
