@@ -149,12 +149,14 @@ func (a *app) shell(ctx context.Context, c *client.Client, id, attach string, op
 		if attach != "" {
 			resize() // the session keeps the size of its last client
 		}
+		winchDone := make(chan struct{})
+		defer close(winchDone)
 		go func() {
 			for {
 				select {
 				case <-winch:
 					resize()
-				case <-ctx.Done():
+				case <-winchDone:
 					return
 				}
 			}

@@ -463,6 +463,25 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
+// TestCLIShellDefault: without a command, shell runs a login bash where
+// the image has one and sh where it does not.
+func TestCLIShellDefault(t *testing.T) {
+	d := sharedDaemon(t)
+	c := newCLI(t, d)
+	for _, tt := range []struct {
+		image, want string
+	}{
+		{testenv.BaseImage(t), "bash login\n"},
+		{testenv.BusyboxImage(t), "sh\n"},
+	} {
+		sb := newSandbox(t, d, client.CreateSandboxRequest{Image: tt.image})
+		r := c.runIn(`if [ -n "$BASH_VERSION" ]; then shopt -q login_shell && echo bash login || echo bash; else echo sh; fi`+"\n", "shell", sb.ID)
+		if r.code != 0 || r.stdout != tt.want {
+			t.Errorf("shell in %s: got %v, want %q", tt.image, r, tt.want)
+		}
+	}
+}
+
 // TestCLIShellTmux drives `hotcell shell` in a real terminal (tmux): it
 // runs commands interactively, follows a resize of the window, and exits
 // with the shell's exit code.
