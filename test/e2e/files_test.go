@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/testenv"
@@ -95,14 +96,27 @@ func TestFileEdges(t *testing.T) {
 	if got := read("keep.txt", nil); got != "old content" {
 		t.Fatalf("after a failed write: got %q, want the old content", got)
 	}
-	list, err := d.C.ListDir(ctx, sb.ID, "/workspace")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range list.Entries {
-		if strings.Contains(e.Name, "tmp") {
-			t.Errorf("a temp file was left behind: %s", e.Name)
+	// The daemon answers the client as soon as the upload fails; the agent
+	// removes its temp file when it sees the stream end, a moment later.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		list, err := d.C.ListDir(ctx, sb.ID, "/workspace")
+		if err != nil {
+			t.Fatal(err)
 		}
+		var left []string
+		for _, e := range list.Entries {
+			if strings.Contains(e.Name, "tmp") {
+				left = append(left, e.Name)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("temp files left behind 5s after a failed write: %v", left)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 
 	// Symlinks are listed with their target.
