@@ -318,4 +318,3 @@ func apiToken(t *testing.T, d *testdaemon.Daemon) string {
 	}
 	return tok
 }
-
