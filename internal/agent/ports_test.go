@@ -314,4 +314,3 @@ func TestPortHTTPProxyWebSocket(t *testing.T) {
 		t.Fatalf("got %q, %v", data, err)
 	}
 }
-
