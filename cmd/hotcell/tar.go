@@ -8,73 +8,17 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
+
+	"github.com/hotcell/hotcell/internal/treetar"
 )
 
-// writeTar writes the contents of dir as a tar, names relative to dir.
-// Files, directories and symlinks are archived; other kinds (sockets,
-// devices, fifos) are skipped with a warning.
+// writeTar writes the contents of dir as a tar, names relative to dir;
+// what cannot be archived (sockets, devices, fifos) is skipped with a warning.
 func writeTar(w io.Writer, dir string, warn io.Writer) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		if rel == "." {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		switch {
-		case info.Mode()&fs.ModeSymlink != 0:
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case info.Mode().IsRegular(), info.IsDir():
-		default:
-			fmt.Fprintf(warn, "hotcell: cp: skipping %s: not a file, directory or symlink\n", p)
-			return nil
-		}
-		hdr, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if info.IsDir() {
-			hdr.Name += "/"
-		}
-		// Owner names and ids of this machine mean nothing in the sandbox.
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if !info.Mode().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		// CopyN: a file that grows while it is read must not overrun the
-		// size already written in its header.
-		if _, err := io.CopyN(tw, f, hdr.Size); err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
-		}
-		return nil
+	return treetar.Write(w, dir, func(p string) {
+		fmt.Fprintf(warn, "hotcell: cp: skipping %s: not a file, directory or symlink\n", p)
 	})
-	if err != nil {
-		return fmt.Errorf("archive %s: %w", dir, err)
-	}
-	return tw.Close()
 }
 
 // entryName checks a tar entry name from a sandbox and returns it clean and

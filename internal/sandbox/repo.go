@@ -1,12 +1,10 @@
 package sandbox
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/fspath"
+	"github.com/hotcell/hotcell/internal/treetar"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -117,7 +116,7 @@ func redactURL(raw string) string {
 // putTree streams dir as a tar into the sandbox directory dst.
 func putTree(ctx context.Context, conn *agentconn.Conn, dir, dst string) error {
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTar(pw, dir)) }()
+	go func() { pw.CloseWithError(treetar.Write(pw, dir, nil)) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/archive?path="+url.QueryEscape(dst), pr)
 	if err != nil {
 		pr.Close()
@@ -135,54 +134,4 @@ func putTree(ctx context.Context, conn *agentconn.Conn, dir, dst string) error {
 		return errdefs.Read(resp)
 	}
 	return nil
-}
-
-// writeTar writes the tree under dir to w with names relative to dir.
-func writeTar(w io.Writer, dir string) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		if info.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if d.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if !info.Mode().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("write tar of %s: %w", dir, err)
-	}
-	return tw.Close()
 }
