@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -82,6 +84,13 @@ func (a *app) printEgress(st client.EgressStatus) {
 		what := d.Name
 		if d.Kind == client.EgressDenialConnect {
 			what = fmt.Sprintf("%d packets dropped", d.Packets)
+			if d.Address != "" {
+				dst := d.Address
+				if d.Port != 0 {
+					dst = net.JoinHostPort(d.Address, strconv.Itoa(d.Port))
+				}
+				what = fmt.Sprintf("%s %s (%s), %d packets", d.Protocol, dst, d.Reason, d.Packets)
+			}
 		}
 		row("Denied", fmt.Sprintf("%s %s %s", d.Time.Local().Format(time.TimeOnly), d.Kind, what))
 	}

@@ -150,6 +150,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Log:       log,
 	})
 	mets.Registry().MustRegister(gw.Collector())
+	mets.Registry().MustRegister(eg.Collector())
 
 	srv := api.New(api.Options{
 		Manager:        mgr,

@@ -51,9 +51,15 @@ type Controller struct {
 	dns     *resolver
 	gateway netip.Addr
 
+	// nfl reads the denial log; nil when NFLOG is not available here.
+	nfl *nflogConn
+	// debugLog bounds the debug lines of logged denials.
+	debugLog logLimiter
+
 	mu     sync.Mutex
 	sbs    map[string]*sandboxState
 	byAddr map[netip.Addr]*sandboxState
+	byKey  map[string]*sandboxState // sandboxKey → state, for NFLOG prefixes
 }
 
 type learnKey struct {
@@ -70,6 +76,8 @@ type sandboxState struct {
 	dropBase counters               // drops of chains already replaced
 	lastSeen int64                  // drop packets already logged as denials
 	refused  int64
+	answered int64 // DNS answers forwarded to the sandbox
+	logged   int64 // packets the denial log recorded
 	denied   []wire.EgressDenial
 }
 
@@ -94,6 +102,7 @@ func New(drv driver.Networker, cfg Config) *Controller {
 		log:    log,
 		sbs:    map[string]*sandboxState{},
 		byAddr: map[netip.Addr]*sandboxState{},
+		byKey:  map[string]*sandboxState{},
 	}
 	c.dns = &resolver{src: c, upstreams: cfg.Upstreams, minTTL: cfg.MinTTL, log: log}
 	return c
@@ -115,6 +124,14 @@ func (c *Controller) Start(ctx context.Context) error {
 		ports = append(ports, c.cfg.GatewayPort)
 	}
 	c.fw = newFirewall(ipt, c.cfg.Network, c.cfg.Subnet, gw, ports)
+	// Without NFLOG (no nfnetlink_log, or every group taken) the drops are
+	// still counted, just not itemised; the API says which.
+	if nfl, err := openNflog(nflogGroups(c.cfg.Network, c.cfg.Subnet)); err != nil {
+		c.log.Warn("egress denial log unavailable: drops are counted, their destinations not recorded", "err", err)
+	} else {
+		c.nfl = nfl
+		c.fw.logGroup = nfl.group
+	}
 	if _, err := c.fw.ensureBase(); err != nil {
 		return fmt.Errorf("egress firewall: %w", err)
 	}
@@ -122,13 +139,18 @@ func (c *Controller) Start(ctx context.Context) error {
 		return fmt.Errorf("egress resolver: %w", err)
 	}
 	c.log.Info("egress ready", "network", c.cfg.Network, "subnet", c.cfg.Subnet, "gateway", gw,
-		"chain", c.fw.base, "upstreams", c.cfg.Upstreams, "defaultMode", c.cfg.DefaultMode)
+		"chain", c.fw.base, "upstreams", c.cfg.Upstreams, "defaultMode", c.cfg.DefaultMode, "nflogGroup", c.fw.logGroup)
 	return nil
 }
 
-// Close stops the resolver. The rules stay: sandboxes outlive the daemon,
-// and so does what confines them.
-func (c *Controller) Close() { c.dns.shutdown() }
+// Close stops the resolver and the denial log reader. The rules stay:
+// sandboxes outlive the daemon, and so does what confines them.
+func (c *Controller) Close() {
+	c.dns.shutdown()
+	if c.nfl != nil {
+		_ = c.nfl.close()
+	}
+}
 
 // Gateway is the host's address on the egress network.
 func (c *Controller) Gateway() netip.Addr { return c.gateway }
@@ -160,6 +182,7 @@ func (c *Controller) state(id string) *sandboxState {
 	if !ok {
 		st = &sandboxState{id: id, learned: map[learnKey]time.Time{}}
 		c.sbs[id] = st
+		c.byKey[sandboxKey(id)] = st
 	}
 	return st
 }
@@ -265,6 +288,9 @@ func (c *Controller) Release(ctx context.Context, id string) error {
 func (c *Controller) Forget(ctx context.Context, id string) error {
 	err := c.Release(ctx, id)
 	c.mu.Lock()
+	if st, ok := c.sbs[id]; ok && c.byKey[sandboxKey(id)] == st {
+		delete(c.byKey, sandboxKey(id))
+	}
 	delete(c.sbs, id)
 	c.mu.Unlock()
 	return err
@@ -280,7 +306,7 @@ func (c *Controller) Status(id string, p wire.EgressPolicy) wire.EgressStatus {
 	c.pollDrops(id)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := wire.EgressStatus{Policy: p, Resolved: []wire.EgressResolved{}, Denied: []wire.EgressDenial{}}
+	out := wire.EgressStatus{Policy: p, Resolved: []wire.EgressResolved{}, Denied: []wire.EgressDenial{}, DenialLogAvailable: c.nfl != nil}
 	st, ok := c.sbs[id]
 	if !ok {
 		return out
@@ -318,8 +344,12 @@ func compare(a, b string) int {
 	return 0
 }
 
-// pollDrops turns new drops of the sandbox's chain into a denial entry.
+// pollDrops turns new drops of the sandbox's chain into a denial entry
+// when there is no denial log to itemise them.
 func (c *Controller) pollDrops(id string) {
+	if c.nfl != nil {
+		return
+	}
 	cur, ok := c.fw.sandboxDrops(id)
 	if !ok {
 		return
@@ -370,6 +400,15 @@ func (c *Controller) refused(id, name string) {
 	if st, ok := c.sbs[id]; ok {
 		st.refused++
 		st.addDenial(wire.EgressDenial{Time: time.Now().UTC(), Kind: wire.DenialDNS, Name: name})
+	}
+}
+
+// answered implements policySource.
+func (c *Controller) answered(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.sbs[id]; ok {
+		st.answered++
 	}
 }
 
@@ -456,9 +495,21 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer exp.Stop()
 	verify := time.NewTicker(c.cfg.VerifyInterval)
 	defer verify.Stop()
+	nflDone := make(chan struct{})
+	if c.nfl != nil {
+		go func() {
+			defer close(nflDone)
+			c.readDenials()
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			if c.nfl != nil {
+				// Wakes the reader blocked in recvfrom.
+				_ = c.nfl.close()
+				<-nflDone
+			}
 			return nil
 		case now := <-exp.C:
 			c.expire(now)

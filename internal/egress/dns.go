@@ -31,6 +31,8 @@ type policySource interface {
 	// is sent, so that the connection that follows it is let through.
 	learn(ctx context.Context, id, name string, entries []Entry, addrs []learnedAddr)
 	refused(id, name string)
+	// answered counts an answer forwarded to the sandbox.
+	answered(id string)
 }
 
 type learnedAddr struct {
@@ -163,6 +165,9 @@ func (r *resolver) answer(remote net.Addr, netw string, q *dns.Msg) *dns.Msg {
 		if len(addrs) > 0 {
 			r.src.learn(ctx, d.Sandbox, name, d.Learn, addrs)
 		}
+	}
+	if d.Sandbox != "" {
+		r.src.answered(d.Sandbox)
 	}
 	resp.Id = q.Id
 	return resp

@@ -32,6 +32,9 @@ import (
 //	HCD-<sb>-<gen>:                     addresses the resolver learned → RETURN
 //	  -j DROP                           last: not allowed
 //
+// With the denial log on, every DROP of HCE and HCD is preceded by a
+// rate-limited NFLOG rule with the same match (see logged and nflog.go).
+//
 // Allowed traffic RETURNs (through the gotos, straight back to DOCKER-USER
 // or INPUT) rather than being ACCEPTed, so Docker's own rules still apply
 // to it: a sandbox does not reach containers on other Docker networks.
@@ -93,6 +96,9 @@ type firewall struct {
 	// gatewayPorts are the TCP ports on the gateway a sandbox may reach
 	// besides DNS (the LLM gateway).
 	gatewayPorts []int
+	// logGroup is the nfnetlink_log group the NFLOG rules in front of a
+	// sandbox's drops send to; 0 puts no NFLOG rules in.
+	logGroup uint16
 
 	mu      sync.Mutex
 	current map[string]string // sandbox key → generation in force
@@ -198,11 +204,10 @@ func (f *firewall) policyRules(id string, p Policy, dynChain string) [][]string 
 	for _, port := range f.gatewayPorts {
 		rules = append(rules, []string{"-d", gw, "-p", "tcp", "-m", "tcp", "--dport", strconv.Itoa(port), "-j", "ACCEPT"})
 	}
-	rules = append(rules,
-		[]string{"-m", "addrtype", "--dst-type", "LOCAL", "-m", "comment", "--comment", commentPrefix + "host", "-j", "DROP"},
-		[]string{"-d", linkLocal, "-m", "comment", "--comment", commentPrefix + "link-local", "-j", "DROP"},
-		[]string{"-d", f.subnet.String(), "-m", "comment", "--comment", commentPrefix + "other sandboxes", "-j", "DROP"},
-	)
+	key := sandboxKey(id)
+	rules = append(rules, f.logged(key, reasonHost, []string{"-m", "addrtype", "--dst-type", "LOCAL"}, "host")...)
+	rules = append(rules, f.logged(key, reasonLinkLocal, []string{"-d", linkLocal}, "link-local")...)
+	rules = append(rules, f.logged(key, reasonSandbox, []string{"-d", f.subnet.String()}, "other sandboxes")...)
 	if p.Mode == wire.EgressOpen {
 		return append(rules, []string{"-j", "RETURN"})
 	}
@@ -223,8 +228,34 @@ func (f *firewall) policyRules(id string, p Policy, dynChain string) [][]string 
 	return append(rules, []string{"-g", dynChain})
 }
 
+// Reasons of a drop, in NFLOG prefixes and the denial log.
+const (
+	reasonHost       = "host"
+	reasonLinkLocal  = "link-local"
+	reasonSandbox    = "sandbox"
+	reasonNotAllowed = "not-allowed"
+)
+
+// logged returns the DROP rule for packets matching match, preceded, when
+// the denial log is on, by an NFLOG rule with the same match. The NFLOG
+// rule is rate-limited (each rule its own bucket) so that a flood costs
+// the daemon at most that many messages a second; the DROP counts all.
+func (f *firewall) logged(key, reason string, match []string, comment string) [][]string {
+	drop := append(append([]string{}, match...), "-m", "comment", "--comment", commentPrefix+comment, "-j", "DROP")
+	if f.logGroup == 0 {
+		return [][]string{drop}
+	}
+	log := append(append([]string{}, match...),
+		"-m", "limit", "--limit", "20/second", "--limit-burst", "40",
+		"-j", "NFLOG", "--nflog-group", strconv.Itoa(int(f.logGroup)),
+		"--nflog-prefix", nflogPrefix(key, reason), "--nflog-size", strconv.Itoa(nflogCopy))
+	return [][]string{log, drop}
+}
+
 // dynDrop ends a dynamic chain: what no rule allowed.
-var dynDrop = []string{"-m", "comment", "--comment", commentPrefix + "not allowed", "-j", "DROP"}
+func (f *firewall) dynDrop(key string) [][]string {
+	return f.logged(key, reasonNotAllowed, nil, "not allowed")
+}
 
 // apply puts policy p in force for the sandbox at addr, with the learned
 // addresses dyn. It is transactional from the sandbox's view; it returns
@@ -262,8 +293,10 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 			}
 		}
 	}
-	if err := f.ipt.Append(table, dynC, dynDrop...); err != nil {
-		return undo(fmt.Errorf("fill chain %s: %w", dynC, err))
+	for _, spec := range f.dynDrop(key) {
+		if err := f.ipt.Append(table, dynC, spec...); err != nil {
+			return undo(fmt.Errorf("fill chain %s: %w", dynC, err))
+		}
 	}
 	for _, spec := range f.policyRules(id, p, dynC) {
 		if err := f.ipt.Append(table, mainC, spec...); err != nil {

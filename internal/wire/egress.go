@@ -46,6 +46,10 @@ type EgressStatus struct {
 	Resolved []EgressResolved `json:"resolved"`
 	// Denied is a bounded log of recent denied attempts, newest last.
 	Denied []EgressDenial `json:"denied"`
+	// DenialLogAvailable says dropped packets are itemised in Denied with
+	// their destination (the host has NFLOG); without it, connect entries
+	// carry only a packet count.
+	DenialLogAvailable bool `json:"denialLogAvailable"`
 }
 
 // EgressResolved is one address allowed because an allowlisted name
@@ -69,7 +73,16 @@ type EgressDenial struct {
 	Kind string    `json:"kind"`
 	// Name is the refused DNS name (kind dns).
 	Name string `json:"name,omitempty"`
-	// Packets is how many packets were dropped since the previous entry
-	// of this kind (kind connect).
+	// Packets is, for kind connect, how many dropped packets the entry
+	// stands for: to its destination within a few seconds when the denial
+	// log is available, else since the previous connect entry.
 	Packets int64 `json:"packets,omitempty"`
+	// Address, Protocol (tcp, udp, icmp or a number) and Port (tcp and
+	// udp) are the dropped packet's destination, and Reason the rule that
+	// dropped it: not-allowed, host, link-local or sandbox. Only when the
+	// denial log is available (kind connect).
+	Address  string `json:"address,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+	Port     int    `json:"port,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }
