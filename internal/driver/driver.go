@@ -134,3 +134,14 @@ type EventWatcher interface {
 	// why it stopped.
 	WatchEvents(ctx context.Context, instance string, fn func(BoxEvent)) error
 }
+
+// Prober is implemented by drivers that can tell whether the backend takes
+// new connections right now. The reconciler needs that rather than Info:
+// a Docker Engine that is shutting down closes its listener first, then
+// stops every container, while connections it accepted before (the
+// client's pooled ones) go on answering — so Info would call the engine
+// fine and the boxes it stops killed behind the daemon's back.
+type Prober interface {
+	// Probe returns nil if a fresh connection to the backend answers.
+	Probe(ctx context.Context) error
+}

@@ -161,7 +161,7 @@ func (m *Manager) reconcileLoop(ctx context.Context, kick <-chan struct{}) {
 // paused or removed behind the daemon's back, and orphans.
 func (m *Manager) reconcile(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err := m.drv.Info(pctx)
+	err := m.probeEngine(pctx)
 	cancel()
 	l := m.life
 	if err != nil {
@@ -193,6 +193,32 @@ func (m *Manager) reconcile(ctx context.Context) {
 		m.reconcileOne(ctx, sb.ID, restarted)
 	}
 	m.reconcileOrphans(ctx, time.Now().UTC())
+}
+
+// probeEngine asks whether the engine answers a new connection. A driver
+// that cannot tell is asked for its Info, which may answer on a pooled
+// connection while the engine shuts down (see driver.Prober).
+func (m *Manager) probeEngine(ctx context.Context) error {
+	if p, ok := m.drv.(driver.Prober); ok {
+		return p.Probe(ctx)
+	}
+	_, err := m.drv.Info(ctx)
+	return err
+}
+
+// engineWentDown probes the engine again and, if it no longer answers,
+// records it as down. A stopped box is the first sign of an engine
+// shutdown when the shutdown began after the round's probe.
+func (m *Manager) engineWentDown(ctx context.Context) bool {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if m.probeEngine(pctx) == nil {
+		return false
+	}
+	m.life.mu.Lock()
+	m.life.engineDown = true
+	m.life.mu.Unlock()
+	return true
 }
 
 // lockNow takes sandbox id's lock only if nobody holds it: a sandbox in the
@@ -235,13 +261,21 @@ func (m *Manager) reconcileOne(ctx context.Context, id string, engineRestarted b
 		if _, err := m.setState(ctx, sb, wire.StateError, reason); err == nil {
 			m.Event(ctx, id, wire.SandboxEventError, reason, nil)
 		}
+	case st.State == driver.BoxStopped && !engineRestarted && m.engineWentDown(ctx):
+		// Stopped by an engine on its way down, after this round's probe:
+		// the round after it is back applies the engine restart policy.
+		log.Info("box stopped while the container engine goes down")
 	case st.State == driver.BoxStopped && engineRestarted && m.life.opts.EngineRestartPolicy == EngineRestartRestart:
 		log.Info("restarting a sandbox the engine restart stopped")
 		m.Event(ctx, id, wire.SandboxEventEngineRestart, "the container engine restarted; starting the sandbox again", nil)
 		conn, err := m.listen(id)
 		if err == nil {
 			if err = m.drv.Start(ctx, id); err == nil {
-				err = m.waitAgent(ctx, id, conn)
+				// As in Start: the box may have come back with another
+				// address, and its rules are keyed on the address.
+				if err = m.applyEgress(ctx, sb); err == nil {
+					err = m.waitAgent(ctx, id, conn)
+				}
 			}
 		}
 		if err != nil {
