@@ -324,7 +324,7 @@ func TestOpenAPIWireSchemas(t *testing.T) {
 		{"Limits", wire.Limits{}, true},
 		{"Repo", wire.Repo{}, false},
 		{"RepoResult", wire.RepoResult{}, true},
-		{"SetupResult", wire.SetupResult{}, true},
+		{"SetupResult", wire.SetupResult{}, true}, {"CreateEvent", wire.CreateEvent{}, true},
 		{"ExecRequest", wire.ExecRequest{}, false},
 		{"ExecResult", wire.ExecResult{}, true},
 		{"ExecEvent", wire.ExecEvent{}, true},

@@ -11,6 +11,10 @@ import (
 const maxCreateBody = 4 << 20
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	stream, err := parseBool("progress", r.URL.Query().Get("progress"))
+	if err != nil {
+		return err
+	}
 	var req wire.CreateSandboxRequest
 	if err := readJSON(r, maxCreateBody, &req); err != nil {
 		return err
@@ -23,6 +27,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := s.validateGateway(&req); err != nil {
 		return err
+	}
+	if stream {
+		return s.createStream(w, r, req)
 	}
 	sb, err := s.opts.Manager.Create(r.Context(), req, nil)
 	if err != nil {

@@ -1,0 +1,168 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// progressManager reports two progress lines, waits, then returns its
+// result.
+type progressManager struct {
+	Manager // unused methods panic
+	wait    time.Duration
+	err     error
+}
+
+func (m *progressManager) Create(ctx context.Context, req wire.CreateSandboxRequest, progress driver.Progress) (wire.Sandbox, error) {
+	if progress == nil { // the plain create reports nothing
+		progress = func(string) {}
+	}
+	progress("pulling " + req.Image)
+	progress("setup: true")
+	time.Sleep(m.wait)
+	if m.err != nil {
+		return wire.Sandbox{}, m.err
+	}
+	return wire.Sandbox{ID: "sb1", State: wire.StateRunning, Image: req.Image}, nil
+}
+
+func postCreate(t *testing.T, m Manager, query, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	h := New(Options{Manager: m, Token: "t", Log: slog.New(slog.DiscardHandler)}).Handler()
+	req := httptest.NewRequest("POST", "/v1/sandboxes"+query, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer t")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func readCreateEvents(t *testing.T, rec *httptest.ResponseRecorder) []wire.CreateEvent {
+	t.Helper()
+	var evs []wire.CreateEvent
+	sc := bufio.NewScanner(rec.Body)
+	for sc.Scan() {
+		var ev wire.CreateEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// withoutKeepalives drops keepalive lines and reports whether there was one.
+func withoutKeepalives(evs []wire.CreateEvent) ([]wire.CreateEvent, bool) {
+	var out []wire.CreateEvent
+	seen := false
+	for _, ev := range evs {
+		if ev.Type == wire.CreateKeepalive {
+			seen = true
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out, seen
+}
+
+func TestCreateProgressStream(t *testing.T) {
+	// Not parallel: it shortens the package's keepalive interval.
+	old := createKeepalive
+	createKeepalive = 5 * time.Millisecond
+	t.Cleanup(func() { createKeepalive = old })
+
+	progress := []wire.CreateEvent{
+		{Type: wire.CreateProgress, Message: "pulling img"},
+		{Type: wire.CreateProgress, Message: "setup: true"},
+	}
+	tests := []struct {
+		name string
+		err  error
+		last wire.CreateEvent
+	}{
+		{
+			name: "success",
+			last: wire.CreateEvent{Type: wire.CreateSandbox, Sandbox: &wire.Sandbox{ID: "sb1", State: wire.StateRunning, Image: "img"}},
+		},
+		{
+			name: "failure",
+			err:  fmt.Errorf("image %q is not on this host; build it with make image: %w", "img", errdefs.ErrNotFound),
+			last: wire.CreateEvent{Type: wire.CreateError, Error: &errdefs.Detail{Code: "not_found"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := postCreate(t, &progressManager{wait: 50 * time.Millisecond, err: tt.err}, "?progress=true", `{"image":"img"}`)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("status %d, want 200: %s", rec.Code, rec.Body)
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/x-ndjson" {
+				t.Errorf("content type %q, want application/x-ndjson", ct)
+			}
+			got, keepalive := withoutKeepalives(readCreateEvents(t, rec))
+			want := append(append([]wire.CreateEvent{}, progress...), tt.last)
+			if tt.err != nil {
+				want[len(want)-1].Error.Message = tt.err.Error()
+			}
+			// The request id is random; that it is there is the adapter's business.
+			if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(errdefs.Detail{}, "RequestID")); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			if !keepalive {
+				t.Error("no keepalive during a 50 ms create with a 5 ms interval")
+			}
+		})
+	}
+}
+
+func TestCreateProgressPlainErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, query, body string
+		field             string
+	}{
+		{"bad progress", "?progress=maybe", `{}`, "progress"},
+		{"bad body", "?progress=true", `{"nope":1}`, "body"},
+		{"bad image", "?progress=true", `{"image":"UPPER CASE"}`, "image"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := postCreate(t, &progressManager{}, tt.query, tt.body)
+			if rec.Code != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400: %s", rec.Code, rec.Body)
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("content type %q, want application/json", ct)
+			}
+			if !strings.Contains(rec.Body.String(), tt.field) {
+				t.Errorf("body %s does not name %q", rec.Body, tt.field)
+			}
+		})
+	}
+}
+
+func TestCreateWithoutProgressIsPlain(t *testing.T) {
+	t.Parallel()
+	rec := postCreate(t, &progressManager{}, "", `{"image":"img"}`)
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("status %d, want 201: %s", rec.Code, rec.Body)
+	}
+	var sb wire.Sandbox
+	if err := json.Unmarshal(rec.Body.Bytes(), &sb); err != nil || sb.ID != "sb1" {
+		t.Errorf("got %s (%v), want sandbox sb1", rec.Body, err)
+	}
+}
