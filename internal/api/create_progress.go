@@ -65,11 +65,11 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.C
 	for {
 		select {
 		case msg := <-msgs:
-			if err := send(wire.CreateEvent{Type: wire.CreateProgress, Message: msg}); err != nil {
+			if err := send(wire.CreateEvent{Type: wire.CreateEventProgress, Message: msg}); err != nil {
 				return err
 			}
 		case <-keepalive.C:
-			if err := send(wire.CreateEvent{Type: wire.CreateKeepalive}); err != nil {
+			if err := send(wire.CreateEvent{Type: wire.CreateEventKeepalive}); err != nil {
 				return err
 			}
 		case <-r.Context().Done():
@@ -80,7 +80,7 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.C
 			for drained := false; !drained; {
 				select {
 				case msg := <-msgs:
-					if err := send(wire.CreateEvent{Type: wire.CreateProgress, Message: msg}); err != nil {
+					if err := send(wire.CreateEvent{Type: wire.CreateEventProgress, Message: msg}); err != nil {
 						return err
 					}
 				default:
@@ -90,12 +90,12 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.C
 			if res.err != nil {
 				rid, _ := r.Context().Value(requestIDKey{}).(string)
 				detail := errorDetail(res.err, rid)
-				if err := send(wire.CreateEvent{Type: wire.CreateError, Error: &detail}); err != nil {
+				if err := send(wire.CreateEvent{Type: wire.CreateEventError, Error: &detail}); err != nil {
 					return errors.Join(res.err, err)
 				}
 				return res.err // the adapter logs it; the stream already told the client
 			}
-			return send(wire.CreateEvent{Type: wire.CreateSandbox, Sandbox: &res.sb})
+			return send(wire.CreateEvent{Type: wire.CreateEventSandbox, Sandbox: &res.sb})
 		}
 	}
 }

@@ -69,7 +69,7 @@ func withoutKeepalives(evs []wire.CreateEvent) ([]wire.CreateEvent, bool) {
 	var out []wire.CreateEvent
 	seen := false
 	for _, ev := range evs {
-		if ev.Type == wire.CreateKeepalive {
+		if ev.Type == wire.CreateEventKeepalive {
 			seen = true
 			continue
 		}
@@ -85,8 +85,8 @@ func TestCreateProgressStream(t *testing.T) {
 	t.Cleanup(func() { createKeepalive = old })
 
 	progress := []wire.CreateEvent{
-		{Type: wire.CreateProgress, Message: "pulling img"},
-		{Type: wire.CreateProgress, Message: "setup: true"},
+		{Type: wire.CreateEventProgress, Message: "pulling img"},
+		{Type: wire.CreateEventProgress, Message: "setup: true"},
 	}
 	tests := []struct {
 		name string
@@ -95,12 +95,12 @@ func TestCreateProgressStream(t *testing.T) {
 	}{
 		{
 			name: "success",
-			last: wire.CreateEvent{Type: wire.CreateSandbox, Sandbox: &wire.Sandbox{ID: "sb1", State: wire.StateRunning, Image: "img"}},
+			last: wire.CreateEvent{Type: wire.CreateEventSandbox, Sandbox: &wire.Sandbox{ID: "sb1", State: wire.StateRunning, Image: "img"}},
 		},
 		{
 			name: "failure",
 			err:  fmt.Errorf("image %q is not on this host; build it with make image: %w", "img", errdefs.ErrNotFound),
-			last: wire.CreateEvent{Type: wire.CreateError, Error: &errdefs.Detail{Code: "not_found"}},
+			last: wire.CreateEvent{Type: wire.CreateEventError, Error: &errdefs.Detail{Code: "not_found"}},
 		},
 	}
 	for _, tt := range tests {

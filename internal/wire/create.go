@@ -18,8 +18,8 @@ type CreateEvent struct {
 
 // CreateEvent types.
 const (
-	CreateProgress  = "progress"
-	CreateKeepalive = "keepalive"
-	CreateSandbox   = "sandbox"
-	CreateError     = "error"
+	CreateEventProgress  = "progress"
+	CreateEventKeepalive = "keepalive"
+	CreateEventSandbox   = "sandbox"
+	CreateEventError     = "error"
 )
