@@ -21,6 +21,7 @@ func (a *app) createCmd() *cobra.Command {
 		memory, pids       int64
 		cpus               float64
 		noPersist, asJSON  bool
+		showProgress       bool
 		setupTimeout       time.Duration
 	)
 	cmd := &cobra.Command{
@@ -62,7 +63,13 @@ commands have run. Prints the new sandbox's id, or the sandbox as JSON with --js
 			if err != nil {
 				return err
 			}
-			sb, err := c.CreateSandbox(cmd.Context(), req)
+			var sb client.Sandbox
+			// Progress goes to stderr so that stdout stays the id alone.
+			if showProgress || isTTY(a.stderr) {
+				sb, err = c.CreateSandboxProgress(cmd.Context(), req, func(msg string) { fmt.Fprintln(a.stderr, msg) })
+			} else {
+				sb, err = c.CreateSandbox(cmd.Context(), req)
+			}
 			if err != nil {
 				return err
 			}
@@ -86,6 +93,7 @@ commands have run. Prints the new sandbox's id, or the sandbox as JSON with --js
 	f.StringArrayVar(&setup, "setup", nil, "shell `COMMAND` to run after the clone (repeatable, in order)")
 	f.DurationVar(&setupTimeout, "setup-timeout", 0, "timeout of each setup command (0: the daemon's default)")
 	f.BoolVar(&asJSON, "json", false, "print the sandbox as JSON")
+	f.BoolVar(&showProgress, "progress", false, "print what the daemon is doing (image pull, clone, setup) to stderr; the default on a terminal")
 	f.StringArray("gateway", nil, "LLM gateway `PROVIDER` the sandbox may call with a token of its own (repeatable; hotcell gateway providers)")
 	return cmd
 }
