@@ -1,16 +1,11 @@
 package client
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -116,100 +111,48 @@ func (c *Client) FollowHostEvents(ctx context.Context, opts EventsOptions) (*Eve
 }
 
 func (c *Client) followEvents(ctx context.Context, op, path string, opts EventsOptions) (*EventStream, error) {
-	sctx, cancel := context.WithCancel(ctx)
-	s := &EventStream{op: op, cancel: cancel, idleD: c.streamIdle}
-	if s.idleD > 0 {
-		s.idle = time.AfterFunc(s.idleD, func() {
-			s.mu.Lock()
-			s.idleHit = true
-			s.mu.Unlock()
-			cancel()
-		})
-	}
-	resp, err := c.do(sctx, request{op: op, method: http.MethodGet, path: path, query: opts.query(true)})
+	s, err := c.openNDJSON(ctx, op, request{op: op, method: http.MethodGet, path: path, query: opts.query(true)})
 	if err != nil {
-		s.Close()
 		return nil, err
 	}
-	s.body = resp.Body
-	s.sc = bufio.NewScanner(resp.Body)
-	s.sc.Buffer(make([]byte, 0, 16<<10), 1<<20)
-	return s, nil
+	return &EventStream{s: s}, nil
 }
 
 // EventStream is a followed event log. Next skips keepalives. It is not
 // safe for concurrent use, but Close may be called from anywhere.
 type EventStream struct {
-	op     string
-	body   io.ReadCloser
-	sc     *bufio.Scanner
-	cancel context.CancelFunc
-	idle   *time.Timer
-	idleD  time.Duration
-
-	mu      sync.Mutex
-	idleHit bool
-	done    bool
-	once    sync.Once
+	s    *ndjsonStream
+	done bool
 }
 
 // Next returns the next event. It returns io.EOF after the stream's end
 // line, and an error if the stream broke or went silent (no keepalive) for
 // longer than the client's stream idle timeout.
-func (s *EventStream) Next() (SandboxEvent, error) {
-	if s.done {
+func (e *EventStream) Next() (SandboxEvent, error) {
+	if e.done {
 		return SandboxEvent{}, io.EOF
 	}
-	for s.sc.Scan() {
-		if s.idle != nil {
-			s.idle.Reset(s.idleD)
-		}
-		line := bytes.TrimSpace(s.sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
+	for {
 		var ev SandboxEvent
-		if err := json.Unmarshal(line, &ev); err != nil {
-			s.Close()
-			return ev, fmt.Errorf("%s: decode event: %w", s.op, err)
+		if err := e.s.next(&ev); err != nil {
+			return SandboxEvent{}, err
 		}
 		switch ev.Type {
 		case wire.SandboxEventKeepalive:
 			continue
 		case wire.SandboxEventEnd:
-			s.done = true
-			s.Close()
+			e.done = true
+			e.s.release()
 			return SandboxEvent{}, io.EOF
 		case wire.EventError:
-			s.Close()
-			return ev, fmt.Errorf("%s: %s", s.op, ev.Message)
+			return ev, e.s.fail(fmt.Errorf("%s: %s", e.s.op, ev.Message))
 		}
 		return ev, nil
 	}
-	err := s.sc.Err()
-	s.mu.Lock()
-	idle := s.idleHit
-	s.mu.Unlock()
-	s.Close()
-	if idle {
-		return SandboxEvent{}, fmt.Errorf("%s: no event or keepalive for %s: %w", s.op, s.idleD, ErrDeadlineExceeded)
-	}
-	if err == nil {
-		err = io.ErrUnexpectedEOF
-	}
-	return SandboxEvent{}, fmt.Errorf("%s: stream ended without an end line: %w", s.op, err)
 }
 
 // Close ends the stream and releases its connection.
-func (s *EventStream) Close() error {
-	s.once.Do(func() {
-		if s.idle != nil {
-			s.idle.Stop()
-		}
-		s.cancel()
-		if s.body != nil {
-			s.body.Close()
-		}
-	})
+func (e *EventStream) Close() error {
+	e.s.close()
 	return nil
 }
