@@ -47,6 +47,17 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	return s.forward(w, r, id, http.MethodPost, "/v1/exec", q, bytes.NewReader(body), int64(len(body)), stream)
 }
 
+// idAndPath validates the route's {id} and the path query parameter, the
+// two inputs every file call has.
+func idAndPath(r *http.Request) (string, url.Values, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return "", nil, err
+	}
+	q, err := pathQuery(r)
+	return id, q, err
+}
+
 // pathQuery validates the path query parameter and returns it resolved.
 func pathQuery(r *http.Request) (url.Values, error) {
 	p, err := fspath.Resolve("path", r.URL.Query().Get("path"))
@@ -57,11 +68,7 @@ func pathQuery(r *http.Request) (url.Values, error) {
 }
 
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	q, err := pathQuery(r)
+	id, q, err := idAndPath(r)
 	if err != nil {
 		return err
 	}
@@ -79,11 +86,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	q, err := pathQuery(r)
+	id, q, err := idAndPath(r)
 	if err != nil {
 		return err
 	}
@@ -98,11 +101,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	q, err := pathQuery(r)
+	id, q, err := idAndPath(r)
 	if err != nil {
 		return err
 	}
@@ -129,11 +128,7 @@ func (s *Server) getArchive(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) putArchive(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	q, err := pathQuery(r)
+	id, q, err := idAndPath(r)
 	if err != nil {
 		return err
 	}
@@ -142,11 +137,7 @@ func (s *Server) putArchive(w http.ResponseWriter, r *http.Request) error {
 
 // forwardPath forwards a GET whose only parameter is path.
 func (s *Server) forwardPath(w http.ResponseWriter, r *http.Request, agentPath string) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	q, err := pathQuery(r)
+	id, q, err := idAndPath(r)
 	if err != nil {
 		return err
 	}
