@@ -34,17 +34,10 @@ To run a shell command line, pass it to -c; it runs with /bin/sh -c.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, argv := args[0], args[1:]
 			req := client.ExecRequest{Cwd: cwd, TimeoutMs: timeout.Milliseconds()}
-			switch {
-			case shell != "" && len(argv) > 0:
-				return usagef("give either -c COMMAND or a command after --, not both")
-			case shell != "":
-				req.Command = shell
-			case len(argv) > 0:
-				req.Argv = argv
-			default:
-				return usagef("no command: give one after -- or with -c")
-			}
 			var err error
+			if req.Command, req.Argv, err = commandArgs(shell, argv); err != nil {
+				return err
+			}
 			if req.Env, err = parseKV("env", env); err != nil {
 				return err
 			}
@@ -96,4 +89,18 @@ func exitWith(code int) error {
 		return exitCodeError{code: exitError}
 	}
 	return exitCodeError{code: code}
+}
+
+// commandArgs takes the command of exec and run: a shell line from -c, or
+// the words after --, never both and never neither.
+func commandArgs(shell string, argv []string) (command string, args []string, err error) {
+	switch {
+	case shell != "" && len(argv) > 0:
+		return "", nil, usagef("give either -c COMMAND or a command after --, not both")
+	case shell != "":
+		return shell, nil, nil
+	case len(argv) > 0:
+		return "", argv, nil
+	}
+	return "", nil, usagef("no command: give one after -- or with -c")
 }

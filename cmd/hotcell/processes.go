@@ -135,17 +135,10 @@ stop the sandbox while it runs (a server, a watcher).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, argv := args[0], args[1:]
 			req := client.StartProcessRequest{Cwd: cwd, Name: name, KeepAlive: keepAlive}
-			switch {
-			case shell != "" && len(argv) > 0:
-				return usagef("give either -c COMMAND or a command after --, not both")
-			case shell != "":
-				req.Command = shell
-			case len(argv) > 0:
-				req.Argv = argv
-			default:
-				return usagef("no command: give one after -- or with -c")
-			}
 			var err error
+			if req.Command, req.Argv, err = commandArgs(shell, argv); err != nil {
+				return err
+			}
 			if req.Env, err = parseKV("env", env); err != nil {
 				return err
 			}
