@@ -250,3 +250,14 @@ func RemoveByLabel(ctx context.Context, c *client.Client, label string) error {
 	}
 	return nil
 }
+
+// RequireTool returns the path of a host program a test needs. Outside CI a
+// missing one skips the test; in CI it fails, since scripts/test installs it.
+func RequireTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		skipOrFail(t, "needs %s on the host: %v", name, err)
+	}
+	return p
+}

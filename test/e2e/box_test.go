@@ -179,9 +179,7 @@ func TestRepoAndSetup(t *testing.T) {
 // makeRepo makes a bare repository with tag v1 and a later commit on main.
 func makeRepo(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git on the host")
-	}
+	testenv.RequireTool(t, "git")
 	dir := t.TempDir()
 	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "repo.git")
 	gitc := func(args ...string) {

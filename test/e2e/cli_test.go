@@ -487,13 +487,7 @@ func TestCLIShellDefault(t *testing.T) {
 // with the shell's exit code.
 func TestCLIShellTmux(t *testing.T) {
 	d := sharedDaemon(t)
-	tmux, err := exec.LookPath("tmux")
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatal("tmux is not installed (scripts/lib.sh installs it)")
-		}
-		t.Skip("needs tmux")
-	}
+	tmux := testenv.RequireTool(t, "tmux")
 	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t)})
 	c := newCLI(t, d)
 
