@@ -62,6 +62,10 @@ type Sandboxes interface {
 	Get(ctx context.Context, id string) (wire.Sandbox, error)
 	// Agent returns a running sandbox's agent, or a conflict naming the state.
 	Agent(ctx context.Context, id string) (*agentconn.Conn, error)
+	// Hold keeps the sandbox's lifecycle and reconciler still until the
+	// returned func is called, while the box is changed outside the state
+	// machine (the engine pauses it for a commit).
+	Hold(id string) func()
 }
 
 // Options configure a Service.

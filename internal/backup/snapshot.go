@@ -47,7 +47,12 @@ func (s *Service) Snapshot(ctx context.Context, sandboxID string) (wire.Snapshot
 	}
 	sn.WorkspaceBackupID = b.ID
 	labels := map[string]string{driver.LabelID: sandboxID, driver.LabelSnapshot: sn.ID}
-	if err := snap.Commit(ctx, sandboxID, sn.Image, labels); err != nil {
+	// The engine pauses the box during the commit; without the hold the
+	// reconciler would record that pause as the sandbox's state.
+	release := s.sandboxes.Hold(sandboxID)
+	err = snap.Commit(ctx, sandboxID, sn.Image, labels)
+	release()
+	if err != nil {
 		_ = s.remove(ctx, b)
 		return sn, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err)
 	}

@@ -105,6 +105,12 @@ func (m *Manager) lock(id string) func() {
 	return l.Unlock
 }
 
+// Hold takes sandbox id's lifecycle lock until the returned func is called:
+// transitions wait and the reconciler skips the sandbox meanwhile. Callers
+// use it while the box is changed outside the state machine, such as the
+// engine's pause during a snapshot commit.
+func (m *Manager) Hold(id string) func() { return m.lock(id) }
+
 func (m *Manager) runDir(id string) string {
 	return filepath.Join(m.opts.DataDir, "sandboxes", id, "run")
 }
