@@ -30,9 +30,7 @@ import (
 // the DNS upstream runs in the benchmark on loopback.
 func BenchmarkEgressFirstConnect(b *testing.B) {
 	testenv.RequireDocker(b)
-	if os.Geteuid() != 0 {
-		b.Fatal("needs root (network namespace, iptables)")
-	}
+	testenv.RequireRoot(b, "a network namespace and iptables")
 	host := benchInternet(b)
 	upstream := benchUpstream(b, host)
 	d := testdaemon.StartWith(b, testdaemon.Options{Args: []string{"--egress-dns-upstream", upstream}})

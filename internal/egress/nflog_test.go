@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -213,12 +214,7 @@ func (noRules) ListChains(table string) ([]string, error)  { return nil, nil }
 // packet sent to loopback there with an NFLOG rule, and reads it back:
 // the socket code against the real kernel, touching nothing of the host.
 func TestNflogLive(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("TestNflogLive needs root (a network namespace and iptables)")
-		}
-		t.Skip("needs root: a network namespace and iptables")
-	}
+	testenv.RequireRoot(t, "a network namespace and iptables")
 	type result struct {
 		p   nflogPacket
 		err error

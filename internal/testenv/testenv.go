@@ -24,13 +24,25 @@ import (
 // InCI reports whether the tests run in CI (env CI is non-empty).
 func InCI() bool { return os.Getenv("CI") != "" }
 
-// skipOrFail skips outside CI and fails in CI.
-func skipOrFail(t testing.TB, format string, args ...any) {
+// SkipOrFail is the one way a test gives up because its environment lacks
+// something (root, an engine, a tool, a kernel feature): outside CI it skips
+// with the reason, with CI set it fails, so CI never skips silently. A test
+// that is off unless asked for (an expensive opt-in) may t.Skip itself.
+func SkipOrFail(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if InCI() {
 		t.Fatalf(format+" (CI is set, so this fails instead of skipping)", args...)
 	}
 	t.Skipf(format, args...)
+}
+
+// RequireRoot gives up on the test unless it runs as root (network
+// namespaces, iptables, subreapers of other users' processes).
+func RequireRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		SkipOrFail(t, "needs root: %s", why)
+	}
 }
 
 var docker struct {
@@ -59,7 +71,7 @@ func RequireDocker(t testing.TB) *client.Client {
 		docker.c = c
 	})
 	if docker.err != nil {
-		skipOrFail(t, "needs a Docker Engine: %v", docker.err)
+		SkipOrFail(t, "needs a Docker Engine: %v", docker.err)
 	}
 	return docker.c
 }
@@ -257,7 +269,7 @@ func RequireTool(t testing.TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		skipOrFail(t, "needs %s on the host: %v", name, err)
+		SkipOrFail(t, "needs %s on the host: %v", name, err)
 	}
 	return p
 }

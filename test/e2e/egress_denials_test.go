@@ -25,9 +25,7 @@ import (
 // sandbox's id, which go when it is destroyed, as do its rules.
 func TestEgressDenials(t *testing.T) {
 	testenv.RequireDocker(t)
-	if os.Geteuid() != 0 {
-		t.Fatal("egress tests need root (network namespaces, iptables)")
-	}
+	testenv.RequireRoot(t, "egress tests make network namespaces and read iptables")
 	in := newInternet(t)
 	up := newUpstream(t, map[string]netip.Addr{"allowed.test": in.allowed, "other.test": in.other})
 	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{"--egress-dns-upstream", up.addr}})

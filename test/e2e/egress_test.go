@@ -277,9 +277,7 @@ func freePort(t *testing.T) int {
 // internet, through the public API.
 func TestEgress(t *testing.T) {
 	testenv.RequireDocker(t)
-	if os.Geteuid() != 0 {
-		t.Fatal("egress tests need root (network namespaces, iptables)")
-	}
+	testenv.RequireRoot(t, "egress tests make network namespaces and read iptables")
 	in := newInternet(t)
 	up := newUpstream(t, map[string]netip.Addr{
 		"allowed.test":  in.allowed,
