@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	"github.com/hotcell/hotcell/internal/mcpserver"
@@ -44,8 +43,7 @@ bearer token, for agents that connect to a URL.`,
 			}
 			cancel()
 			srv := mcpserver.New(c, mcpserver.Options{Version: version(), Where: c.URL(), Log: log})
-			t := &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}
-			err = srv.Run(cmd.Context(), t)
+			err = srv.Run(cmd.Context(), mcpserver.StdioTransport(a.stdin, a.stdout))
 			if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
 				return nil // the client closed stdin, or we were told to stop
 			}
@@ -53,8 +51,3 @@ bearer token, for agents that connect to a URL.`,
 		},
 	}
 }
-
-// nopWriteCloser leaves closing stdout to the process's end.
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

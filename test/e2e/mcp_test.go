@@ -337,3 +337,54 @@ func TestMCPHTTP(t *testing.T) {
 		t.Errorf("exec past its timeout: %+v", ex)
 	}
 }
+
+// TestMCPStdioPipedInput writes every request at once and closes stdin, as
+// `printf ... | hotcell mcp` does: each request read before the end of
+// input must still get its answer, and the process must then exit.
+func TestMCPStdioPipedInput(t *testing.T) {
+	d := sharedDaemon(t)
+	bin := testenv.GoBuild(t, "./cmd/hotcell")
+	lines := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_list","arguments":{}}}`,
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "mcp")
+	cmd.Env = append(os.Environ(), "HOTCELL_URL=http://"+d.Addr, "HOTCELL_TOKEN="+daemonToken(t, d))
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hotcell mcp: %v\n%s", err, stderr.String())
+	}
+	got := map[float64]json.RawMessage{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var resp struct {
+			ID     float64         `json:"id"`
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &resp); err != nil {
+			t.Fatalf("decode %q: %v", line, err)
+		}
+		if resp.Error != nil {
+			t.Errorf("request %v: error %s", resp.ID, resp.Error)
+		}
+		got[resp.ID] = resp.Result
+	}
+	for _, id := range []float64{1, 2, 3} {
+		if got[id] == nil {
+			t.Errorf("no answer to request %v; stdout:\n%s\nstderr:\n%s", id, out, stderr.String())
+		}
+	}
+	if r := string(got[2]); !strings.Contains(r, `"sandbox_create"`) {
+		t.Errorf("tools/list answered %s, want the sandbox_create tool", r)
+	}
+	if r := string(got[3]); !strings.Contains(r, `"structuredContent"`) || strings.Contains(r, `"isError":true`) {
+		t.Errorf("tools/call sandbox_list answered %s, want a successful tool result", r)
+	}
+}
