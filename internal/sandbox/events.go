@@ -9,9 +9,8 @@ import (
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
-// EventStore is what the event log and the reaper need from persistence.
-// The SQLite store implements it; a Store without it gets no event log and
-// no persisted activity.
+// EventStore is what the event log and the reaper need from persistence;
+// it is part of Store, so a store without it does not compile as one.
 type EventStore interface {
 	AddEvent(ctx context.Context, ev wire.SandboxEvent) (wire.SandboxEvent, error)
 	Events(ctx context.Context, f store.EventFilter) ([]wire.SandboxEvent, error)
@@ -63,12 +62,8 @@ func (b *broker) notify() {
 // the operation it describes: an error is only logged.
 func (m *Manager) Event(ctx context.Context, id, typ, message string, fields map[string]string) {
 	ctx = context.WithoutCancel(ctx)
-	es, ok := m.store.(EventStore)
 	m.log.Info("sandbox event", "sandbox", id, "type", typ, "message", message)
-	if !ok {
-		return
-	}
-	if _, err := es.AddEvent(ctx, wire.SandboxEvent{
+	if _, err := m.store.AddEvent(ctx, wire.SandboxEvent{
 		SandboxID: id, Type: typ, Time: time.Now().UTC(), Message: message, Fields: fields,
 	}); err != nil {
 		m.log.Error("log sandbox event", "sandbox", id, "type", typ, "err", err)
@@ -81,19 +76,15 @@ func (m *Manager) Event(ctx context.Context, id, typ, message string, fields map
 // empty) after seq after, oldest first. A sandbox with neither a record nor
 // a log is not found.
 func (m *Manager) Events(ctx context.Context, id string, after int64, limit int) ([]wire.SandboxEvent, error) {
-	es, ok := m.store.(EventStore)
-	if !ok {
-		return []wire.SandboxEvent{}, nil
-	}
 	if id != "" {
 		if _, err := m.store.Get(ctx, id); err != nil {
-			has, herr := es.HasEvents(ctx, id)
+			has, herr := m.store.HasEvents(ctx, id)
 			if herr != nil || !has {
 				return nil, err
 			}
 		}
 	}
-	return es.Events(ctx, store.EventFilter{SandboxID: id, After: after, Limit: limit})
+	return m.store.Events(ctx, store.EventFilter{SandboxID: id, After: after, Limit: limit})
 }
 
 // SubscribeEvents returns a channel that receives a value whenever events

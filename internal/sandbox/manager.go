@@ -27,6 +27,7 @@ type Store interface {
 	List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error)
 	Delete(ctx context.Context, id string) error
 	Count(ctx context.Context) (int, error)
+	EventStore
 }
 
 // Options configure a Manager.

@@ -40,15 +40,13 @@ func (m *Manager) StartBackground() (stop func()) {
 }
 
 func (m *Manager) reapLoop(ctx context.Context) {
-	if es, ok := m.store.(EventStore); ok {
-		// Activity persisted by an earlier daemon: deadlines carry across
-		// restarts.
-		if act, err := es.Activity(ctx); err == nil {
-			for id, at := range act {
-				m.life.activity.touch(id, at)
-			}
-			m.life.activity.unpersisted(0)
+	// Activity persisted by an earlier daemon: deadlines carry across
+	// restarts.
+	if act, err := m.store.Activity(ctx); err == nil {
+		for id, at := range act {
+			m.life.activity.touch(id, at)
 		}
+		m.life.activity.unpersisted(0)
 	}
 	tick := time.NewTicker(m.life.opts.ReapInterval)
 	defer tick.Stop()
@@ -62,10 +60,8 @@ func (m *Manager) reapLoop(ctx context.Context) {
 			m.reap(ctx, now.UTC())
 			if now.Sub(lastPrune) > time.Hour {
 				lastPrune = now
-				if es, ok := m.store.(EventStore); ok {
-					if _, err := es.PruneEvents(ctx, now.Add(-eventRetention)); err != nil {
-						m.log.Warn("prune event logs", "err", err)
-					}
+				if _, err := m.store.PruneEvents(ctx, now.Add(-eventRetention)); err != nil {
+					m.log.Warn("prune event logs", "err", err)
 				}
 			}
 		}
@@ -75,10 +71,6 @@ func (m *Manager) reapLoop(ctx context.Context) {
 // flushActivity persists activity that moved by more than the flush
 // interval; known, when not nil, limits it to sandboxes with a record.
 func (m *Manager) flushActivity(ctx context.Context, known map[string]bool) {
-	es, ok := m.store.(EventStore)
-	if !ok {
-		return
-	}
 	flush := m.life.opts.ActivityFlush
 	if known == nil {
 		flush = 0
@@ -88,7 +80,7 @@ func (m *Manager) flushActivity(ctx context.Context, known map[string]bool) {
 			m.life.activity.forget(id)
 			continue
 		}
-		if err := es.SetActivity(ctx, id, at); err != nil {
+		if err := m.store.SetActivity(ctx, id, at); err != nil {
 			m.log.Warn("persist activity", "sandbox", id, "err", err)
 		}
 	}
