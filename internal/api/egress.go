@@ -1,20 +1,12 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
-
-// egressManager is what the egress routes need from the manager; declared
-// here, by its one caller, to keep the Manager interface small.
-type egressManager interface {
-	SetEgress(ctx context.Context, id string, p wire.EgressPolicy) (wire.Sandbox, error)
-	EgressStatus(ctx context.Context, id string) (wire.EgressStatus, error)
-}
 
 const maxEgressBody = 256 << 10
 
@@ -23,12 +15,11 @@ func (s *Server) egressRoutes() {
 	s.handle("PUT /v1/sandboxes/{id}/egress", s.putEgress)
 }
 
-func (s *Server) egressManager() (egressManager, error) {
-	em, ok := s.opts.Manager.(egressManager)
-	if !ok {
+func (s *Server) egress() (Egress, error) {
+	if s.opts.Egress == nil {
 		return nil, fmt.Errorf("egress control: %w", errdefs.ErrNotImplemented)
 	}
-	return em, nil
+	return s.opts.Egress, nil
 }
 
 func (s *Server) getEgress(w http.ResponseWriter, r *http.Request) error {
@@ -36,7 +27,7 @@ func (s *Server) getEgress(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	em, err := s.egressManager()
+	em, err := s.egress()
 	if err != nil {
 		return err
 	}
@@ -60,7 +51,7 @@ func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(r, maxEgressBody, &p); err != nil {
 		return err
 	}
-	em, err := s.egressManager()
+	em, err := s.egress()
 	if err != nil {
 		return err
 	}

@@ -23,11 +23,6 @@ type Gateway interface {
 	Rotate(ctx context.Context, id, provider string) (wire.GatewayCredential, error)
 }
 
-// gatewayManager is what the revoke route needs from the manager.
-type gatewayManager interface {
-	RevokeGateway(ctx context.Context, id, provider string) (wire.Sandbox, error)
-}
-
 func (s *Server) gatewayRoutes() {
 	s.handle("GET /v1/gateway/providers", s.gatewayProviders)
 	s.handle("GET /v1/sandboxes/{id}/usage", s.sandboxUsage)
@@ -169,11 +164,10 @@ func (s *Server) revokeGateway(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	gm, ok := s.opts.Manager.(gatewayManager)
-	if !ok {
+	if s.opts.GatewayAccess == nil {
 		return fmt.Errorf("llm gateway: %w", errdefs.ErrNotImplemented)
 	}
-	sb, err := gm.RevokeGateway(r.Context(), id, provider)
+	sb, err := s.opts.GatewayAccess.RevokeGateway(r.Context(), id, provider)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,25 +10,6 @@ import (
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
-// lifecycleManager is what pause, resume, timeouts and events need from the
-// manager. It is asserted rather than added to Manager so that fakes in
-// other tests need not grow these methods.
-type lifecycleManager interface {
-	Pause(ctx context.Context, id string) (wire.Sandbox, error)
-	Resume(ctx context.Context, id string) (wire.Sandbox, error)
-	SetTimeouts(ctx context.Context, id string, req wire.SetTimeoutsRequest) (wire.Sandbox, error)
-	Events(ctx context.Context, id string, after int64, limit int) ([]wire.SandboxEvent, error)
-	SubscribeEvents() (<-chan struct{}, func())
-	Closing() <-chan struct{}
-}
-
-// activityTracker is the part of the manager that keeps idle timeouts
-// honest (docs/lifecycle.md, "What counts as activity").
-type activityTracker interface {
-	Touch(id string)
-	Begin(id string) (end func())
-}
-
 func (s *Server) lifecycleRoutes() {
 	s.handle("POST /v1/sandboxes/{id}/pause", s.pauseSandbox)
 	s.handle("POST /v1/sandboxes/{id}/resume", s.resumeSandbox)
@@ -38,23 +18,22 @@ func (s *Server) lifecycleRoutes() {
 	s.handle("GET /v1/events", s.hostEvents)
 }
 
-func (s *Server) lifecycle() (lifecycleManager, error) {
-	lm, ok := s.opts.Manager.(lifecycleManager)
-	if !ok {
-		return nil, fmt.Errorf("lifecycle: this daemon's sandbox manager has no pause, timeouts or events: %w", errdefs.ErrNotImplemented)
+func (s *Server) lifecycle() (Lifecycle, error) {
+	if s.opts.Lifecycle == nil {
+		return nil, fmt.Errorf("lifecycle: this daemon has no pause, timeouts or events: %w", errdefs.ErrNotImplemented)
 	}
-	return lm, nil
+	return s.opts.Lifecycle, nil
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
-	return s.lifecycleOp(w, r, func(lm lifecycleManager, id string) (wire.Sandbox, error) { return lm.Pause(r.Context(), id) })
+	return s.lifecycleOp(w, r, func(lm Lifecycle, id string) (wire.Sandbox, error) { return lm.Pause(r.Context(), id) })
 }
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
-	return s.lifecycleOp(w, r, func(lm lifecycleManager, id string) (wire.Sandbox, error) { return lm.Resume(r.Context(), id) })
+	return s.lifecycleOp(w, r, func(lm Lifecycle, id string) (wire.Sandbox, error) { return lm.Resume(r.Context(), id) })
 }
 
-func (s *Server) lifecycleOp(w http.ResponseWriter, r *http.Request, op func(lifecycleManager, string) (wire.Sandbox, error)) error {
+func (s *Server) lifecycleOp(w http.ResponseWriter, r *http.Request, op func(Lifecycle, string) (wire.Sandbox, error)) error {
 	id, err := pathID(r)
 	if err != nil {
 		return err
@@ -82,7 +61,7 @@ func (s *Server) setTimeouts(w http.ResponseWriter, r *http.Request) error {
 	if err := sandbox.ValidateSetTimeouts(req); err != nil {
 		return err
 	}
-	return s.lifecycleOp(w, r, func(lm lifecycleManager, id string) (wire.Sandbox, error) {
+	return s.lifecycleOp(w, r, func(lm Lifecycle, id string) (wire.Sandbox, error) {
 		return lm.SetTimeouts(r.Context(), id, req)
 	})
 }
@@ -91,8 +70,8 @@ func (s *Server) setTimeouts(w http.ResponseWriter, r *http.Request) error {
 // object or its events observes it without using it, so a dashboard that
 // polls does not keep every sandbox alive.
 func (s *Server) touch(r *http.Request) {
-	t, ok := s.opts.Manager.(activityTracker)
-	if !ok {
+	t := s.opts.Activity
+	if t == nil {
 		return
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/")
@@ -113,8 +92,8 @@ func (s *Server) touch(r *http.Request) {
 // terminal, tunnel, preview) as running until the returned end is called:
 // a sandbox is never idle while one runs.
 func (s *Server) begin(id string) (end func()) {
-	if t, ok := s.opts.Manager.(activityTracker); ok {
-		return t.Begin(id)
+	if s.opts.Activity != nil {
+		return s.opts.Activity.Begin(id)
 	}
 	return func() {}
 }

@@ -1,7 +1,7 @@
 package api
 
 import (
-	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -86,12 +86,6 @@ func (s *Server) tunnelPort(w http.ResponseWriter, r *http.Request) error {
 	return s.proxy(w, r, id, "/v1/ports/"+strconv.Itoa(port)+"/tcp", nil)
 }
 
-// portPublisher is the part of the manager that records public ports;
-// declared here, by its one caller, to keep the Manager interface small.
-type portPublisher interface {
-	SetPortPublic(ctx context.Context, id string, port int, public bool) (wire.Sandbox, error)
-}
-
 func (s *Server) setPortPublic(w http.ResponseWriter, r *http.Request) error {
 	id, port, err := pathIDPort(r)
 	if err != nil {
@@ -101,11 +95,10 @@ func (s *Server) setPortPublic(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(r, 4<<10, &req); err != nil {
 		return err
 	}
-	pp, ok := s.opts.Manager.(portPublisher)
-	if !ok {
-		return errdefs.ErrNotImplemented
+	if s.opts.Ports == nil {
+		return fmt.Errorf("public ports: %w", errdefs.ErrNotImplemented)
 	}
-	if _, err := pp.SetPortPublic(r.Context(), id, port, req.Public); err != nil {
+	if _, err := s.opts.Ports.SetPortPublic(r.Context(), id, port, req.Public); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, wire.PortAccess{Port: port, Public: req.Public})

@@ -17,28 +17,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotcell/hotcell/internal/agentconn"
-	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
-	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
-
-// Manager is what the API needs from the sandbox manager.
-type Manager interface {
-	Create(ctx context.Context, req wire.CreateSandboxRequest, progress driver.Progress) (wire.Sandbox, error)
-	Get(ctx context.Context, id string) (wire.Sandbox, error)
-	List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error)
-	Destroy(ctx context.Context, id string) error
-	Start(ctx context.Context, id string) (wire.Sandbox, error)
-	Stop(ctx context.Context, id string) (wire.Sandbox, error)
-	Agent(ctx context.Context, id string) (*agentconn.Conn, error)
-}
 
 // Options configure a Server.
 type Options struct {
 	Manager Manager
-	Token   string
+	// Lifecycle, Activity, Egress, Ports and GatewayAccess are the
+	// manager's other parts (contracts.go); nil turns their routes off.
+	Lifecycle     Lifecycle
+	Activity      Activity
+	Egress        Egress
+	Ports         Ports
+	GatewayAccess GatewayAccess
+	Token         string
 	// Host reports /v1/host.
 	Host func(ctx context.Context) (wire.HostInfo, error)
 	// ExecTimeout and MaxExecOutput are the exec defaults.

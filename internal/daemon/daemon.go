@@ -152,8 +152,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	mets.Registry().MustRegister(gw.Collector())
 	mets.Registry().MustRegister(eg.Collector())
 
-	srv := api.New(api.Options{
-		Manager:        mgr,
+	srv := api.New(withManager(api.Options{
 		Token:          token,
 		ExecTimeout:    cfg.ExecTimeout,
 		MaxExecOutput:  cfg.MaxExecOutput,
@@ -178,7 +177,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 				CPUs: di.CPUs, MemoryBytes: di.MemoryBytes, Sandboxes: n, DefaultImage: cfg.DefaultImage,
 			}, nil
 		},
-	})
+	}, mgr))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

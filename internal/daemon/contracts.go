@@ -1,0 +1,32 @@
+package daemon
+
+import (
+	"github.com/hotcell/hotcell/internal/api"
+	"github.com/hotcell/hotcell/internal/sandbox"
+	"github.com/hotcell/hotcell/internal/store"
+)
+
+// The sandbox manager serves every part of the API's contract; these make a
+// renamed or changed method a build error instead of a feature that
+// quietly switches off (a lost Touch would let the idle reaper stop
+// sandboxes in use).
+var (
+	_ api.Manager       = (*sandbox.Manager)(nil)
+	_ api.Lifecycle     = (*sandbox.Manager)(nil)
+	_ api.Activity      = (*sandbox.Manager)(nil)
+	_ api.Egress        = (*sandbox.Manager)(nil)
+	_ api.Ports         = (*sandbox.Manager)(nil)
+	_ api.GatewayAccess = (*sandbox.Manager)(nil)
+	_ sandbox.Store     = (*store.Store)(nil)
+)
+
+// withManager sets every field of o that the sandbox manager serves.
+func withManager(o api.Options, mgr *sandbox.Manager) api.Options {
+	o.Manager = mgr
+	o.Lifecycle = mgr
+	o.Activity = mgr
+	o.Egress = mgr
+	o.Ports = mgr
+	o.GatewayAccess = mgr
+	return o
+}
