@@ -24,7 +24,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"syscall"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/fspath"
+	"github.com/hotcell/hotcell/internal/keyedmutex"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -89,8 +89,7 @@ type Service struct {
 	sandboxes Sandboxes
 	noEvent   bool
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	locks keyedmutex.Map // one per sandbox id
 }
 
 // New returns a Service; call SetSandboxes before use (the manager and the
@@ -106,7 +105,7 @@ func New(opts Options) *Service {
 	if noEvent {
 		opts.Event = func(context.Context, string, string, string, map[string]string) {}
 	}
-	return &Service{opts: opts, log: opts.Log.With("component", "backup"), locks: map[string]*sync.Mutex{}, noEvent: noEvent}
+	return &Service{opts: opts, log: opts.Log.With("component", "backup"), noEvent: noEvent}
 }
 
 // eventLogger is the manager's event log, when it has one.
@@ -126,17 +125,7 @@ func (s *Service) SetSandboxes(sb Sandboxes) {
 
 // lock serialises backups, restores and snapshots of one sandbox: a backup
 // taken during a restore would see half of each workspace.
-func (s *Service) lock(id string) func() {
-	s.mu.Lock()
-	l, ok := s.locks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		s.locks[id] = l
-	}
-	s.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (s *Service) lock(id string) func() { return s.locks.Lock(id) }
 
 var idPattern = regexp.MustCompile(`^(bk|sn)-[0-9a-f]{12}$`)
 

@@ -16,6 +16,7 @@ import (
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/keyedmutex"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -63,7 +64,7 @@ type Manager struct {
 
 	mu    sync.Mutex
 	conns map[string]*agentconn.Conn
-	locks map[string]*sync.Mutex
+	locks keyedmutex.Map // one per sandbox id, serialising its lifecycle
 
 	life *lifecycle // events, activity, timeouts, reconciler (lifecycle.go)
 }
@@ -88,23 +89,12 @@ func New(drv driver.Driver, st Store, opts Options) *Manager {
 		store: st,
 		log:   opts.Log.With("component", "sandbox"),
 		conns: map[string]*agentconn.Conn{},
-		locks: map[string]*sync.Mutex{},
 		life:  newLifecycle(opts.Lifecycle),
 	}
 }
 
 // lock serialises lifecycle operations on one sandbox.
-func (m *Manager) lock(id string) func() {
-	m.mu.Lock()
-	l, ok := m.locks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		m.locks[id] = l
-	}
-	m.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (m *Manager) lock(id string) func() { return m.locks.Lock(id) }
 
 // Hold takes sandbox id's lifecycle lock until the returned func is called:
 // transitions wait and the reconciler skips the sandbox meanwhile. Callers

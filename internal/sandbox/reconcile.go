@@ -223,19 +223,7 @@ func (m *Manager) engineWentDown(ctx context.Context) bool {
 
 // lockNow takes sandbox id's lock only if nobody holds it: a sandbox in the
 // middle of an operation is reconciled next round.
-func (m *Manager) lockNow(id string) (func(), bool) {
-	m.mu.Lock()
-	lk, ok := m.locks[id]
-	if !ok {
-		m.mu.Unlock()
-		return m.lock(id), true
-	}
-	m.mu.Unlock()
-	if !lk.TryLock() {
-		return nil, false
-	}
-	return lk.Unlock, true
-}
+func (m *Manager) lockNow(id string) (func(), bool) { return m.locks.TryLock(id) }
 
 // reconcileOne brings one running or paused record in line with its box.
 func (m *Manager) reconcileOne(ctx context.Context, id string, engineRestarted bool) {
