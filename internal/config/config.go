@@ -35,6 +35,7 @@ const (
 	defaultSource       = "default"
 	defaultExecTimeout  = 60 * time.Second
 	defaultSetupTimeout = 10 * time.Minute
+	defaultGitTimeout   = 10 * time.Minute
 	defaultMaxExecOut   = 1 << 20
 	defaultShutdown     = 10 * time.Second
 )
@@ -67,6 +68,10 @@ type Config struct {
 	ExecTimeout time.Duration
 	// SetupTimeout bounds each setup command at create.
 	SetupTimeout time.Duration
+	// GitTimeout bounds the host-side git work of a create's repo (clone,
+	// fetch, checkout): a stalled remote fails the create instead of
+	// holding it forever.
+	GitTimeout time.Duration
 	// MaxExecOutput caps each of stdout and stderr of a buffered exec, in bytes.
 	MaxExecOutput int64
 	// ShutdownTimeout bounds graceful shutdown of the daemon.
@@ -131,6 +136,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.ExecTimeout }},
 	{"setup_timeout", kindDuration, "timeout of each setup command at create",
 		func(c *Config) any { return &c.SetupTimeout }},
+	{"git_timeout", kindDuration, "timeout of the host-side git clone of a create's repo",
+		func(c *Config) any { return &c.GitTimeout }},
 	{"max_exec_output", kindBytes, "cap in bytes on each of stdout and stderr of a buffered exec",
 		func(c *Config) any { return &c.MaxExecOutput }},
 	{"shutdown_timeout", kindDuration, "how long shutdown waits for requests to finish",
@@ -175,6 +182,7 @@ func Default() Config {
 		LogFormat:       "text",
 		ExecTimeout:     defaultExecTimeout,
 		SetupTimeout:    defaultSetupTimeout,
+		GitTimeout:      defaultGitTimeout,
 		MaxExecOutput:   defaultMaxExecOut,
 		ShutdownTimeout: defaultShutdown,
 		IdleAction:      "stop",
@@ -413,6 +421,7 @@ func (c *Config) Validate() error {
 	}{
 		{"exec_timeout", c.ExecTimeout},
 		{"setup_timeout", c.SetupTimeout},
+		{"git_timeout", c.GitTimeout},
 		{"shutdown_timeout", c.ShutdownTimeout},
 	} {
 		if d.v <= 0 {
@@ -564,6 +573,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("docker_host", redactURL(c.DockerHost)),
 		slog.Duration("exec_timeout", c.ExecTimeout),
 		slog.Duration("setup_timeout", c.SetupTimeout),
+		slog.Duration("git_timeout", c.GitTimeout),
 		slog.Int64("max_exec_output", c.MaxExecOutput),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
 		slog.String("preview_domain", c.PreviewDomain),

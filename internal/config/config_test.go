@@ -64,6 +64,7 @@ func TestDefaults(t *testing.T) {
 		LogFormat:       "text",
 		ExecTimeout:     60 * time.Second,
 		SetupTimeout:    10 * time.Minute,
+		GitTimeout:      10 * time.Minute,
 		MaxExecOutput:   1 << 20,
 		ShutdownTimeout: 10 * time.Second,
 		PreviewDomain:   "preview.localhost",
@@ -99,6 +100,7 @@ data_dir = "/file"
 default_image = "file/image"
 exec_timeout = "1s"
 setup_timeout = "2s"
+git_timeout = "4s"
 max_exec_output = 1000
 log_level = "debug"
 `)
@@ -107,9 +109,10 @@ log_level = "debug"
 		"HOTCELL_LISTEN":       "127.0.0.1:2002",
 		"HOTCELL_DATA_DIR":     "/env",
 		"HOTCELL_EXEC_TIMEOUT": "3s",
+		"HOTCELL_GIT_TIMEOUT":  "5s",
 		"HOTCELL_LOG_LEVEL":    "", // empty means unset
 	}
-	got, err := Load(flags(t, "--listen", "127.0.0.1:3003", "--agent-binary", agent), envMap(env))
+	got, err := Load(flags(t, "--listen", "127.0.0.1:3003", "--agent-binary", agent, "--git-timeout", "6s"), envMap(env))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -121,6 +124,7 @@ log_level = "debug"
 		{"exec_timeout", got.ExecTimeout.String(), "3s", "HOTCELL_EXEC_TIMEOUT"},
 		{"default_image", got.DefaultImage, "file/image", "file " + file},
 		{"setup_timeout", got.SetupTimeout.String(), "2s", "file " + file},
+		{"git_timeout", got.GitTimeout.String(), "6s", "--git-timeout"},
 		{"max_exec_output", strconv.FormatInt(got.MaxExecOutput, 10), "1000", "file " + file},
 		{"log_level", got.LogLevel, "debug", "file " + file},
 		{"log_format", got.LogFormat, "text", "default"},

@@ -126,6 +126,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		AgentBinary:  agentPath,
 		DefaultImage: cfg.DefaultImage,
 		SetupTimeout: cfg.SetupTimeout,
+		GitTimeout:   cfg.GitTimeout,
 		Egress:       eg,
 		Log:          log,
 		Lifecycle:    sandbox.LifecycleOptionsFrom(cfg),

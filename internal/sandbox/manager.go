@@ -40,6 +40,8 @@ type Options struct {
 	DefaultImage string
 	// SetupTimeout bounds each setup command when the request gives none.
 	SetupTimeout time.Duration
+	// GitTimeout bounds the host-side git work of a create's repo.
+	GitTimeout time.Duration
 	// ReadyTimeout bounds how long a started box may take to connect its agent.
 	ReadyTimeout time.Duration
 	// StopTimeout is how long a stopping agent gets before it is killed.
@@ -79,6 +81,9 @@ func New(drv driver.Driver, st Store, opts Options) *Manager {
 	}
 	if opts.SetupTimeout == 0 {
 		opts.SetupTimeout = 10 * time.Minute
+	}
+	if opts.GitTimeout == 0 {
+		opts.GitTimeout = 10 * time.Minute
 	}
 	if opts.StopTimeout == 0 {
 		opts.StopTimeout = 10 * time.Second

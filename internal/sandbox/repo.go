@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -34,48 +37,78 @@ func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire
 	}
 	defer os.RemoveAll(dir)
 	safe := redactURL(repo.URL)
+	// The host-side git work has its own deadline: a remote that accepts
+	// and never answers must fail the create, not hold it (and its lock)
+	// forever. Copying the tree into the box is not git's and is not bound.
+	outer := ctx
+	ctx, cancel := context.WithTimeout(ctx, m.opts.GitTimeout)
+	defer cancel()
+	timedOut := func(err error) error {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && outer.Err() == nil {
+			return fmt.Errorf("git did not finish within %s (the daemon's git_timeout): check that the remote answers from the daemon's host, or raise --git-timeout (HOTCELL_GIT_TIMEOUT) for a very large repository: %w",
+				m.opts.GitTimeout, errdefs.ErrDeadlineExceeded)
+		}
+		return err
+	}
 	if err := git(ctx, "", repo.URL, "clone", "--quiet", "--", repo.URL, dir); err != nil {
-		return wire.RepoResult{}, fmt.Errorf("clone %s: %w", safe, err)
+		return wire.RepoResult{}, fmt.Errorf("clone %s: %w", safe, timedOut(err))
 	}
 	if repo.Ref != "" {
 		if err := git(ctx, dir, repo.URL, "checkout", "--quiet", repo.Ref, "--"); err != nil {
 			// Not a branch or tag name known locally: fetch it (a commit or
 			// any other ref) and check out what was fetched.
 			if ferr := git(ctx, dir, repo.URL, "fetch", "--quiet", "origin", repo.Ref); ferr != nil {
+				if ctx.Err() != nil {
+					return wire.RepoResult{}, fmt.Errorf("fetch ref %q of %s: %w", repo.Ref, safe, timedOut(ferr))
+				}
 				return wire.RepoResult{}, fmt.Errorf("check out ref %q of %s: %w", repo.Ref, safe, errdefs.Invalid("repo.ref", "%v", err))
 			}
 			if err := git(ctx, dir, repo.URL, "checkout", "--quiet", "--detach", "FETCH_HEAD"); err != nil {
-				return wire.RepoResult{}, fmt.Errorf("check out ref %q of %s: %w", repo.Ref, safe, err)
+				return wire.RepoResult{}, fmt.Errorf("check out ref %q of %s: %w", repo.Ref, safe, timedOut(err))
 			}
 		}
 	}
 	if err := git(ctx, dir, repo.URL, "remote", "set-url", "origin", safe); err != nil {
-		return wire.RepoResult{}, fmt.Errorf("remove credentials from origin: %w", err)
+		return wire.RepoResult{}, fmt.Errorf("remove credentials from origin: %w", timedOut(err))
 	}
 	out, err := gitOutput(ctx, dir, "rev-parse", "HEAD")
 	if err != nil {
-		return wire.RepoResult{}, fmt.Errorf("read cloned commit: %w", err)
+		return wire.RepoResult{}, fmt.Errorf("read cloned commit: %w", timedOut(err))
 	}
-	if err := putTree(ctx, conn, dir, fspath.Workspace); err != nil {
+	if err := putTree(outer, conn, dir, fspath.Workspace); err != nil {
 		return wire.RepoResult{}, fmt.Errorf("copy clone of %s into sandbox: %w", safe, err)
 	}
 	return wire.RepoResult{URL: safe, Ref: repo.Ref, Commit: strings.TrimSpace(out)}, nil
 }
 
-// gitEnv keeps git from prompting and from running helper programs named in
-// a URL (the ext:: transport would run a command on the host).
+// gitEnv keeps git from prompting (for a password, or ssh for a host key
+// or passphrase: the daemon has no terminal, and a prompt would wait until
+// the timeout) and from running helper programs named in a URL (the ext::
+// transport would run a command on the host).
 func gitEnv() []string {
 	return append(os.Environ(),
 		"GIT_TERMINAL_PROMPT=0",
+		"GIT_SSH_COMMAND=ssh -o BatchMode=yes",
 		"GIT_ALLOW_PROTOCOL=file:git:http:https:ssh",
 		"GIT_CONFIG_NOSYSTEM=1",
 	)
 }
 
-func git(ctx context.Context, dir, rawURL string, args ...string) error {
+// gitCommand runs git in its own process group: git hands the network to
+// helpers (git-remote-http, ssh) that hold its pipes, so the end of ctx
+// kills them all, and Wait gives up on the pipes soon after.
+func gitCommand(ctx context.Context, dir string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
 	cmd.Env = gitEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+func git(ctx context.Context, dir, rawURL string, args ...string) error {
+	cmd := gitCommand(ctx, dir, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -96,9 +129,7 @@ func git(ctx context.Context, dir, rawURL string, args ...string) error {
 }
 
 func gitOutput(ctx context.Context, dir string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = dir
-	cmd.Env = gitEnv()
+	cmd := gitCommand(ctx, dir, args...)
 	out, err := cmd.Output()
 	return string(out), err
 }
