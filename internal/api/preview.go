@@ -255,15 +255,3 @@ func stripCookie(h http.Header, name string) {
 		h.Set("Cookie", strings.Join(kept, "; "))
 	}
 }
-
-// redactPreviewToken hides a preview token in a raw query that is logged.
-func redactPreviewToken(raw string) string {
-	if !strings.Contains(raw, wire.PreviewTokenQuery) {
-		return raw
-	}
-	kept := withoutQueryParam(raw, wire.PreviewTokenQuery)
-	if kept != "" {
-		kept += "&"
-	}
-	return kept + wire.PreviewTokenQuery + "=REDACTED"
-}

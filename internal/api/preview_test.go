@@ -168,9 +168,6 @@ func TestWithoutQueryParam(t *testing.T) {
 			t.Errorf("withoutQueryParam(%q) = %q, want %q", raw, got, want)
 		}
 	}
-	if got := redactPreviewToken("a=1&hotcell_preview_token=secret"); strings.Contains(got, "secret") {
-		t.Errorf("redacted query %q still has the token", got)
-	}
 }
 
 func TestStripCookie(t *testing.T) {

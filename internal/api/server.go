@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/redact"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -147,7 +148,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		// slog escapes the path; the query may hold file paths, so it is
 		// logged as a value too. Authorization is never logged.
-		s.log.Debug("request", "id", rid, "method", r.Method, "path", r.URL.Path, "query", redactPreviewToken(r.URL.RawQuery),
+		s.log.Debug("request", "id", rid, "method", r.Method, "path", r.URL.Path, "query", redact.Query(r.URL.RawQuery),
 			"status", rw.status, "bytes", rw.written, "ms", time.Since(start).Milliseconds())
 		if s.opts.ObserveRequest != nil {
 			s.opts.ObserveRequest(r, rw.status, time.Since(start))

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/pflag"
+
+	"github.com/hotcell/hotcell/internal/redact"
 )
 
 // Defaults that clients and docs rely on.
@@ -570,7 +571,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("agent_binary", c.AgentBinary),
 		slog.String("log_level", c.LogLevel),
 		slog.String("log_format", c.LogFormat),
-		slog.String("docker_host", redactURL(c.DockerHost)),
+		slog.String("docker_host", redact.URL(c.DockerHost)),
 		slog.Duration("exec_timeout", c.ExecTimeout),
 		slog.Duration("setup_timeout", c.SetupTimeout),
 		slog.Duration("git_timeout", c.GitTimeout),
@@ -603,15 +604,4 @@ func validateDomain(d string) error {
 		}
 	}
 	return nil
-}
-
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "REDACTED")
-	}
-	return u.String()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/keyedmutex"
+	"github.com/hotcell/hotcell/internal/redact"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -237,7 +238,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 		}
 	}
 	if req.Repo != nil {
-		progress("cloning " + redactURL(req.Repo.URL))
+		progress("cloning " + redact.URLWithoutUserinfo(req.Repo.URL))
 		res, err := m.cloneInto(ctx, conn, *req.Repo)
 		if err != nil {
 			return fail(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/fspath"
+	"github.com/hotcell/hotcell/internal/redact"
 	"github.com/hotcell/hotcell/internal/treetar"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -36,7 +37,7 @@ func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire
 		return wire.RepoResult{}, fmt.Errorf("create temp dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	safe := redactURL(repo.URL)
+	safe := redact.URLWithoutUserinfo(repo.URL)
 	// The host-side git work has its own deadline: a remote that accepts
 	// and never answers must fail the create, not hold it (and its lock)
 	// forever. Copying the tree into the box is not git's and is not bound.
@@ -115,7 +116,7 @@ func git(ctx context.Context, dir, rawURL string, args ...string) error {
 		msg := strings.TrimSpace(stderr.String())
 		// git may echo the URL it was given, credentials and all.
 		if rawURL != "" {
-			msg = strings.ReplaceAll(msg, rawURL, redactURL(rawURL))
+			msg = strings.ReplaceAll(msg, rawURL, redact.URL(rawURL))
 		}
 		if len(msg) > 2000 {
 			msg = msg[len(msg)-2000:]
@@ -132,16 +133,6 @@ func gitOutput(ctx context.Context, dir string, args ...string) (string, error) 
 	cmd := gitCommand(ctx, dir, args...)
 	out, err := cmd.Output()
 	return string(out), err
-}
-
-// redactURL drops the user info (tokens, passwords) from a repository URL.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	u.User = nil
-	return u.String()
 }
 
 // putTree streams dir as a tar into the sandbox directory dst.
