@@ -121,7 +121,7 @@ func (s *Server) previewByPath(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	q.Del(wire.PreviewTokenQuery)
 	r.Header.Del(wire.PreviewTokenHeader)
-	return s.proxy(w, r, id, "/v1/ports/"+strconv.Itoa(port)+"/http/"+r.PathValue("path"), q)
+	return s.proxyApp(w, r, id, "/v1/ports/"+strconv.Itoa(port)+"/http/"+r.PathValue("path"), q)
 }
 
 // previewLabel returns the first label of host when host is a name under
@@ -205,9 +205,10 @@ func (s *Server) proxyPreviewHost(w http.ResponseWriter, r *http.Request, id str
 			pr.Out.Header.Del(wire.PreviewTokenHeader)
 			stripCookie(pr.Out.Header, wire.PreviewTokenCookie)
 		},
-		Transport:     conn.Transport(),
-		FlushInterval: -1,
-		ErrorHandler:  func(w http.ResponseWriter, r *http.Request, err error) { proxyErr = err },
+		Transport:      conn.Transport(),
+		FlushInterval:  -1,
+		ModifyResponse: checkProxiedStatus,
+		ErrorHandler:   func(w http.ResponseWriter, r *http.Request, err error) { proxyErr = err },
 	}
 	rp.ServeHTTP(w, r)
 	if proxyErr != nil {

@@ -1,15 +1,30 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+
+	"github.com/hotcell/hotcell/internal/errdefs"
 )
 
 // proxy passes r through to the sandbox's agent at agentPath?q, WebSocket
 // upgrades included, streaming both ways with no buffering. Use it for
-// bidirectional streams (terminals, tunnels); plain calls use forward.
+// bidirectional streams (terminals, tunnels); plain calls use forward. An
+// answer other than 2xx or 101 is the agent's error document and becomes an
+// error like forward's, so its status is hotcell's, not the agent's.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, agentPath string, q url.Values) error {
+	return s.reverseProxy(w, r, id, agentPath, q, false)
+}
+
+// proxyApp is proxy for an app's answer (a preview): its status passes as
+// the app chose it, as long as it is one.
+func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, id, agentPath string, q url.Values) error {
+	return s.reverseProxy(w, r, id, agentPath, q, true)
+}
+
+func (s *Server) reverseProxy(w http.ResponseWriter, r *http.Request, id, agentPath string, q url.Values, app bool) error {
 	conn, err := s.opts.Manager.Agent(r.Context(), id)
 	if err != nil {
 		return err
@@ -29,11 +44,23 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, agentPath str
 		ModifyResponse: func(resp *http.Response) error {
 			// The agent is untrusted: it must not set cookies on the API's origin.
 			resp.Header.Del("Set-Cookie")
-			return nil
+			if !app && resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusSwitchingProtocols {
+				return errdefs.Read(resp)
+			}
+			return checkProxiedStatus(resp)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { proxyErr = err },
 		ErrorLog:     nil,
 	}
 	rp.ServeHTTP(w, r)
 	return proxyErr
+}
+
+// checkProxiedStatus refuses a status that WriteHeader would panic on: it
+// comes from inside the sandbox.
+func checkProxiedStatus(resp *http.Response) error {
+	if resp.StatusCode < 100 || resp.StatusCode > 599 {
+		return fmt.Errorf("the sandbox answered with HTTP status %d: %w", resp.StatusCode, errdefs.ErrUnavailable)
+	}
+	return nil
 }

@@ -55,7 +55,7 @@ func Invalid(field, format string, args ...any) error {
 func HTTPStatus(err error) (status int, code string) {
 	var re *RemoteError
 	if errors.As(err, &re) {
-		return re.Status, re.Code
+		return re.publicStatus()
 	}
 	for _, c := range classes {
 		if errors.Is(err, c.err) {
@@ -63,6 +63,31 @@ func HTTPStatus(err error) (status int, code string) {
 		}
 	}
 	return http.StatusInternalServerError, "internal"
+}
+
+// publicStatus is what a remote's error becomes on hotcell's own API. The
+// remote (an agent above all: code in the sandbox can replace it) is
+// untrusted, so its status is never used as it is: the code decides, as for
+// any error. The remote may only pick another status of the same kind (a
+// 502 rather than a 503 for "unavailable"), never one outside 4xx/5xx
+// (WriteHeader panics on 099) and never 401: that one is the daemon's own
+// answer to a wrong token, and a client that saw it would blame its token.
+// An unknown code is an internal error.
+func (e *RemoteError) publicStatus() (status int, code string) {
+	status, code = http.StatusInternalServerError, "internal"
+	for _, c := range classes {
+		if c.code == e.Code {
+			status, code = c.status, c.code
+			break
+		}
+	}
+	if code == "unauthenticated" {
+		return http.StatusBadGateway, "internal"
+	}
+	if e.Status/100 == status/100 && e.Status != http.StatusUnauthorized {
+		status = e.Status
+	}
+	return status, code
 }
 
 // FromCode returns the class for a wire code, or nil if the code is unknown.
@@ -94,6 +119,9 @@ func Write(w http.ResponseWriter, err error, requestID string) {
 	var re *RemoteError
 	if errors.As(err, &re) {
 		msg = re.Message
+		if re.Code != code {
+			msg = fmt.Sprintf("the remote answered %q: %s", re.Code, msg)
+		}
 	}
 	if status == http.StatusInternalServerError && requestID != "" {
 		msg = "internal error (request " + requestID + "): " + msg
