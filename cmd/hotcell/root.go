@@ -10,15 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/buildinfo"
 	"github.com/hotcell/hotcell/internal/config"
-	"github.com/hotcell/hotcell/internal/daemon"
 )
 
 // Exit codes other than a remote command's own.
@@ -163,7 +162,7 @@ func (a *app) client() (*client.Client, error) {
 			token = t
 		}
 	}
-	return client.New(a.baseURL, token, client.WithUserAgent("hotcell-cli/"+version()))
+	return client.New(a.baseURL, token, client.WithUserAgent("hotcell-cli/"+buildinfo.Version()))
 }
 
 func (a *app) rootCmd() *cobra.Command {
@@ -231,40 +230,6 @@ func (a *app) printJSON(v any) error {
 	enc := json.NewEncoder(a.stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// version is this binary's version: what the build stamped into the
-// daemon, else the module version, else the VCS revision.
-func version() string {
-	if daemon.Version != "" && daemon.Version != "dev" {
-		return daemon.Version
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return "dev"
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return "dev-" + rev
 }
 
 // parseKV parses repeated K=V flags.

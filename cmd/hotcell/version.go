@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hotcell/hotcell/internal/buildinfo"
 )
 
 func (a *app) versionCmd() *cobra.Command {
@@ -28,7 +30,7 @@ driver and engine. An unreachable daemon is reported but is not an error.`,
 				Client      string      `json:"client"`
 				Server      *serverInfo `json:"server,omitempty"`
 				ServerError string      `json:"serverError,omitempty"`
-			}{Client: version()}
+			}{Client: buildinfo.Version()}
 
 			c, err := a.client()
 			if err == nil {

@@ -14,12 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"time"
 
 	dockerclient "github.com/moby/moby/client"
 
 	"github.com/hotcell/hotcell/internal/api"
+	"github.com/hotcell/hotcell/internal/buildinfo"
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/driver/docker"
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -28,36 +28,6 @@ import (
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
-
-// Version is the daemon's version: set at build time with -ldflags, else the
-// VCS revision Go stamped into the binary, else "dev".
-var Version = buildVersion()
-
-func buildVersion() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	rev, dirty := "", false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	switch {
-	case rev == "":
-		return "dev"
-	case dirty:
-		return "dev-" + rev + "-dirty"
-	}
-	return "dev-" + rev
-}
 
 // Ready, when set, is called once the API listens, with its address and
 // whether the token was just created. Tests and the CLI use it.
@@ -174,7 +144,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 				return wire.HostInfo{}, err
 			}
 			return wire.HostInfo{
-				Version: Version, Driver: di.Name, EngineVersion: di.EngineVersion,
+				Version: buildinfo.Version(), Driver: di.Name, EngineVersion: di.EngineVersion,
 				CPUs: di.CPUs, MemoryBytes: di.MemoryBytes, Sandboxes: n, DefaultImage: cfg.DefaultImage,
 			}, nil
 		},

@@ -14,18 +14,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/buildinfo"
 )
 
 // Options configure the server.
 type Options struct {
-	// Version is reported to MCP clients; empty means the VCS revision
-	// the binary was built from.
-	Version string
 	// Where says, in errors, where the daemon was looked for (a URL), so
 	// that an agent or its user can tell what to fix. Empty omits it.
 	Where string
@@ -42,10 +39,7 @@ func New(c *client.Client, opts Options) *mcp.Server {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	if opts.Version == "" {
-		opts.Version = buildVersion()
-	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "hotcell", Title: "hotcell sandboxes", Version: opts.Version}, &mcp.ServerOptions{
+	s := mcp.NewServer(&mcp.Implementation{Name: "hotcell", Title: "hotcell sandboxes", Version: buildinfo.Version()}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       opts.Log,
 		// No logging capability: the tools report through their results.
@@ -79,20 +73,6 @@ func (t *tools) explain(err error) error {
 		return fmt.Errorf("%w (the daemon refused the token: set HOTCELL_TOKEN to the content of the daemon's token file)", err)
 	}
 	return err
-}
-
-// buildVersion names the build by its VCS revision, as the daemon does.
-func buildVersion() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return "dev-" + s.Value[:12]
-		}
-	}
-	return "dev"
 }
 
 func ptr[T any](v T) *T { return &v }
