@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/backup"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/sandbox"
@@ -31,6 +32,9 @@ type Backups interface {
 	Snapshots(ctx context.Context, sandboxID string) ([]wire.Snapshot, error)
 	GetSnapshot(ctx context.Context, sandboxID, id string) (wire.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, sandboxID, id string) error
+	// PrepareCreate resolves a create request's snapshot or restore (it
+	// may rewrite the request) and returns the create's populate step.
+	PrepareCreate(ctx context.Context, req *wire.CreateSandboxRequest) (populate func(ctx context.Context, id string, conn *agentconn.Conn) error, err error)
 }
 
 // SHA256Header carries a downloaded backup's recorded sha256.

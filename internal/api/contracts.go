@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
-	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -19,7 +19,7 @@ import (
 
 // Manager is what the core sandbox routes need from the sandbox manager.
 type Manager interface {
-	Create(ctx context.Context, req wire.CreateSandboxRequest, progress driver.Progress) (wire.Sandbox, error)
+	Create(ctx context.Context, req wire.CreateSandboxRequest, co sandbox.CreateOptions) (wire.Sandbox, error)
 	Get(ctx context.Context, id string) (wire.Sandbox, error)
 	List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error)
 	Destroy(ctx context.Context, id string) error

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -29,10 +30,10 @@ type createResult struct {
 // exactly one sandbox or error line. Once the 200 is out the error can
 // only travel on the stream, so its code is the one the plain create
 // would have answered with.
-func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.CreateSandboxRequest) error {
+func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.CreateSandboxRequest, co sandbox.CreateOptions) error {
 	msgs := make(chan string, createProgressBuffer)
 	done := make(chan createResult, 1) // buffered: the create never waits for a gone client
-	progress := func(msg string) {
+	co.Progress = func(msg string) {
 		select {
 		case msgs <- msg:
 		default:
@@ -42,7 +43,7 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.C
 	// every step and detaches from r's context once the box exists, so a
 	// client that hangs up does not leave half a sandbox.
 	go func() {
-		sb, err := s.opts.Manager.Create(r.Context(), req, progress)
+		sb, err := s.opts.Manager.Create(r.Context(), req, co)
 		done <- createResult{sb, err}
 	}()
 

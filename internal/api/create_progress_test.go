@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -27,7 +27,8 @@ type progressManager struct {
 	err     error
 }
 
-func (m *progressManager) Create(ctx context.Context, req wire.CreateSandboxRequest, progress driver.Progress) (wire.Sandbox, error) {
+func (m *progressManager) Create(ctx context.Context, req wire.CreateSandboxRequest, co sandbox.CreateOptions) (wire.Sandbox, error) {
+	progress := co.Progress
 	if progress == nil { // the plain create reports nothing
 		progress = func(string) {}
 	}

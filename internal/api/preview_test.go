@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
-	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -32,7 +32,7 @@ func (m *previewManager) Get(_ context.Context, id string) (wire.Sandbox, error)
 func (m *previewManager) Agent(context.Context, string) (*agentconn.Conn, error) {
 	return nil, fmt.Errorf("agent reached: %w", errdefs.ErrUnavailable)
 }
-func (m *previewManager) Create(context.Context, wire.CreateSandboxRequest, driver.Progress) (wire.Sandbox, error) {
+func (m *previewManager) Create(context.Context, wire.CreateSandboxRequest, sandbox.CreateOptions) (wire.Sandbox, error) {
 	panic("unused")
 }
 func (m *previewManager) List(context.Context, store.Filter) ([]wire.Sandbox, error) {

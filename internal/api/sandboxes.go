@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -28,15 +29,36 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := s.validateGateway(&req); err != nil {
 		return err
 	}
-	if stream {
-		return s.createStream(w, r, req)
+	co, err := s.prepareCreate(r, &req)
+	if err != nil {
+		return err
 	}
-	sb, err := s.opts.Manager.Create(r.Context(), req, nil)
+	if stream {
+		return s.createStream(w, r, req, co)
+	}
+	sb, err := s.opts.Manager.Create(r.Context(), req, co)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, sb)
 	return nil
+}
+
+// prepareCreate turns a create from a snapshot or a backup into a create
+// whose populate step restores the backup, before anything is made.
+func (s *Server) prepareCreate(r *http.Request, req *wire.CreateSandboxRequest) (sandbox.CreateOptions, error) {
+	if req.Snapshot == "" && req.Restore == nil {
+		return sandbox.CreateOptions{}, nil
+	}
+	if s.opts.Backups == nil {
+		field := "restore"
+		if req.Snapshot != "" {
+			field = "snapshot"
+		}
+		return sandbox.CreateOptions{}, errdefs.Invalid(field, "backups are not enabled on this daemon")
+	}
+	populate, err := s.opts.Backups.PrepareCreate(r.Context(), req)
+	return sandbox.CreateOptions{Populate: populate}, err
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {

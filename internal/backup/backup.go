@@ -66,20 +66,23 @@ type Sandboxes interface {
 	// returned func is called, while the box is changed outside the state
 	// machine (the engine pauses it for a commit).
 	Hold(id string) func()
+	// Event records an event in the sandbox's event log (backed-up,
+	// restored, snapshot); it never fails the operation.
+	Event(ctx context.Context, id, typ, message string, fields map[string]string)
 }
 
 // Options configure a Service.
 type Options struct {
 	DataDir string
 	Store   Store
+	// Sandboxes is the sandbox manager.
+	Sandboxes Sandboxes
 	// Keep is how many backups (not counting snapshots' workspaces) each
 	// sandbox keeps; the oldest go first. 0 means DefaultKeep.
 	Keep int
 	// Snapshotter commits boxes to images; nil turns snapshots off (501).
 	Snapshotter driver.Snapshotter
-	// Event, when set, records an event in the sandbox's event log.
-	Event func(ctx context.Context, id, typ, message string, fields map[string]string)
-	Log   *slog.Logger
+	Log         *slog.Logger
 }
 
 // Service manages backups and snapshots. It is safe for concurrent use.
@@ -87,13 +90,12 @@ type Service struct {
 	opts      Options
 	log       *slog.Logger
 	sandboxes Sandboxes
-	noEvent   bool
 
 	locks keyedmutex.Map // one per sandbox id
 }
 
-// New returns a Service; call SetSandboxes before use (the manager and the
-// service need each other).
+// New returns a Service. The sandbox manager does not know it: a create
+// that restores a backup gets its populate step from PrepareCreate.
 func New(opts Options) *Service {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -101,26 +103,7 @@ func New(opts Options) *Service {
 	if opts.Keep <= 0 {
 		opts.Keep = DefaultKeep
 	}
-	noEvent := opts.Event == nil
-	if noEvent {
-		opts.Event = func(context.Context, string, string, string, map[string]string) {}
-	}
-	return &Service{opts: opts, log: opts.Log.With("component", "backup"), noEvent: noEvent}
-}
-
-// eventLogger is the manager's event log, when it has one.
-type eventLogger interface {
-	Event(ctx context.Context, id, typ, message string, fields map[string]string)
-}
-
-// SetSandboxes sets the sandbox manager; call it before serving. A manager
-// with an event log records backups, restores and snapshots in it unless
-// Options.Event was given.
-func (s *Service) SetSandboxes(sb Sandboxes) {
-	s.sandboxes = sb
-	if el, ok := sb.(eventLogger); ok && s.noEvent {
-		s.opts.Event = el.Event
-	}
+	return &Service{opts: opts, log: opts.Log.With("component", "backup"), sandboxes: opts.Sandboxes}
 }
 
 // lock serialises backups, restores and snapshots of one sandbox: a backup
@@ -309,7 +292,7 @@ func (s *Service) Create(ctx context.Context, sandboxID string, req wire.CreateB
 		keep = req.Keep
 	}
 	s.retain(ctx, sandboxID, keep)
-	s.opts.Event(ctx, sandboxID, wire.SandboxEventBackedUp, b.ID, map[string]string{"backup": b.ID, "size": fmt.Sprint(b.Size), "sha256": b.SHA256})
+	s.sandboxes.Event(ctx, sandboxID, wire.SandboxEventBackedUp, b.ID, map[string]string{"backup": b.ID, "size": fmt.Sprint(b.Size), "sha256": b.SHA256})
 	return b, nil
 }
 

@@ -39,7 +39,7 @@ func (s *Service) Restore(ctx context.Context, targetID, sourceID, backupID stri
 	if err != nil {
 		return res, err
 	}
-	s.opts.Event(ctx, targetID, wire.SandboxEventRestored, backupID,
+	s.sandboxes.Event(ctx, targetID, wire.SandboxEventRestored, backupID,
 		map[string]string{"backup": backupID, "sourceSandbox": sourceID, "sha256": res.SHA256})
 	return res, nil
 }
@@ -113,56 +113,60 @@ func verifyFile(f *os.File, b wire.Backup) error {
 
 // PrepareCreate resolves a create request's snapshot into its image and
 // workspace backup, and checks that a backup to restore exists, before
-// anything is created.
-func (s *Service) PrepareCreate(ctx context.Context, req *wire.CreateSandboxRequest) error {
+// anything is created. It returns the create's populate step, which fills
+// the new workspace from that backup; nil when the request restores none.
+func (s *Service) PrepareCreate(ctx context.Context, req *wire.CreateSandboxRequest) (populate func(ctx context.Context, id string, conn *agentconn.Conn) error, err error) {
 	if req.Snapshot != "" {
 		if err := ValidateID("snapshot", req.Snapshot); err != nil {
-			return err
+			return nil, err
 		}
 		sn, err := s.opts.Store.GetSnapshot(ctx, "", req.Snapshot)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
-				return errdefs.Invalid("snapshot", "snapshot %q does not exist", req.Snapshot)
+				return nil, errdefs.Invalid("snapshot", "snapshot %q does not exist", req.Snapshot)
 			}
-			return err
+			return nil, err
 		}
 		if req.Image != "" && req.Image != sn.Image {
-			return errdefs.Invalid("image", "give image or snapshot, not both (the snapshot's image is %s)", sn.Image)
+			return nil, errdefs.Invalid("image", "give image or snapshot, not both (the snapshot's image is %s)", sn.Image)
 		}
 		if req.Restore != nil {
-			return errdefs.Invalid("restore", "give restore or snapshot, not both (the snapshot brings its workspace)")
+			return nil, errdefs.Invalid("restore", "give restore or snapshot, not both (the snapshot brings its workspace)")
 		}
 		req.Image = sn.Image
 		req.Restore = &wire.RestoreSource{SandboxID: sn.SandboxID, BackupID: sn.WorkspaceBackupID}
 	}
 	if req.Restore != nil {
 		if err := ValidateID("restore.backupId", req.Restore.BackupID); err != nil {
-			return err
+			return nil, err
 		}
 		if !sandboxIDPattern.MatchString(req.Restore.SandboxID) {
-			return errdefs.Invalid("restore.sandboxId", "%q is not a sandbox id", req.Restore.SandboxID)
+			return nil, errdefs.Invalid("restore.sandboxId", "%q is not a sandbox id", req.Restore.SandboxID)
 		}
 		if _, err := s.opts.Store.GetBackup(ctx, req.Restore.SandboxID, req.Restore.BackupID); err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
-				return errdefs.Invalid("restore", "backup %q of sandbox %q does not exist", req.Restore.BackupID, req.Restore.SandboxID)
+				return nil, errdefs.Invalid("restore", "backup %q of sandbox %q does not exist", req.Restore.BackupID, req.Restore.SandboxID)
 			}
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	if req.Restore == nil {
+		return nil, nil
+	}
+	src := *req.Restore
+	return func(ctx context.Context, id string, conn *agentconn.Conn) error {
+		return s.restoreAtCreate(ctx, id, conn, src)
+	}, nil
 }
 
-// AfterReady fills a new sandbox's workspace from the backup its create
-// request names, once its agent is up and before its setup commands run.
-func (s *Service) AfterReady(ctx context.Context, id string, conn *agentconn.Conn, req wire.CreateSandboxRequest) error {
-	if req.Restore == nil {
-		return nil
-	}
-	res, err := s.restoreInto(ctx, conn, id, req.Restore.SandboxID, req.Restore.BackupID)
+// restoreAtCreate fills a new sandbox's workspace from src, once its agent
+// is up and before its setup commands run.
+func (s *Service) restoreAtCreate(ctx context.Context, id string, conn *agentconn.Conn, src wire.RestoreSource) error {
+	res, err := s.restoreInto(ctx, conn, id, src.SandboxID, src.BackupID)
 	if err != nil {
 		return err
 	}
-	s.opts.Event(ctx, id, wire.SandboxEventRestored, res.BackupID,
-		map[string]string{"backup": res.BackupID, "sourceSandbox": req.Restore.SandboxID, "sha256": res.SHA256})
+	s.sandboxes.Event(ctx, id, wire.SandboxEventRestored, res.BackupID,
+		map[string]string{"backup": res.BackupID, "sourceSandbox": src.SandboxID, "sha256": res.SHA256})
 	return nil
 }

@@ -63,7 +63,7 @@ func (s *Service) Snapshot(ctx context.Context, sandboxID string) (wire.Snapshot
 		return sn, err
 	}
 	s.log.Info("snapshot recorded", "sandbox", sandboxID, "snapshot", sn.ID, "image", sn.Image)
-	s.opts.Event(ctx, sandboxID, wire.SandboxEventSnapshotted, sn.ID, map[string]string{"snapshot": sn.ID, "image": sn.Image, "backup": b.ID})
+	s.sandboxes.Event(ctx, sandboxID, wire.SandboxEventSnapshotted, sn.ID, map[string]string{"snapshot": sn.ID, "image": sn.Image, "backup": b.ID})
 	return sn, nil
 }
 

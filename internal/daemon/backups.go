@@ -11,18 +11,13 @@ import (
 	"github.com/hotcell/hotcell/internal/store"
 )
 
-// newBackups makes the backup service; it is the manager's create hook, so
-// it exists before the manager and learns of it in startBackups.
-func newBackups(dataDir string, st *store.Store, drv *docker.Driver, log *slog.Logger) *backup.Service {
-	return backup.New(backup.Options{DataDir: dataDir, Store: st, Snapshotter: drv, Log: log})
-}
-
-// startBackups connects the service to the manager and removes what a
-// daemon killed during a backup left behind.
-func startBackups(ctx context.Context, bk *backup.Service, mgr *sandbox.Manager) error {
-	bk.SetSandboxes(mgr)
+// startBackups makes the backup service over the manager and removes what a
+// daemon killed during a backup left behind. The manager does not know the
+// service: a create that restores a backup gets its populate step from it.
+func startBackups(ctx context.Context, dataDir string, st *store.Store, drv *docker.Driver, mgr *sandbox.Manager, log *slog.Logger) (*backup.Service, error) {
+	bk := backup.New(backup.Options{DataDir: dataDir, Store: st, Sandboxes: mgr, Snapshotter: drv, Log: log})
 	if err := bk.Recover(ctx); err != nil {
-		return fmt.Errorf("recover backups: %w", err)
+		return nil, fmt.Errorf("recover backups: %w", err)
 	}
-	return nil
+	return bk, nil
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"github.com/hotcell/hotcell/internal/api"
+	"github.com/hotcell/hotcell/internal/backup"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
 )
@@ -18,6 +19,8 @@ var (
 	_ api.Ports         = (*sandbox.Manager)(nil)
 	_ api.GatewayAccess = (*sandbox.Manager)(nil)
 	_ sandbox.Store     = (*store.Store)(nil)
+	_ backup.Sandboxes  = (*sandbox.Manager)(nil)
+	_ api.Backups       = (*backup.Service)(nil)
 )
 
 // withManager sets every field of o that the sandbox manager serves.

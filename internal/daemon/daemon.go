@@ -90,7 +90,6 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return err
 	}
 	defer stopGateway()
-	bk := newBackups(cfg.DataDir, st, drv, log)
 	mgr := sandbox.New(drv, st, sandbox.Options{
 		DataDir:      cfg.DataDir,
 		AgentBinary:  agentPath,
@@ -100,13 +99,13 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Egress:       eg,
 		Log:          log,
 		Lifecycle:    sandbox.LifecycleOptionsFrom(cfg),
-		CreateHook:   bk,
 		Gateway:      gw,
 	})
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
 	}
-	if err := startBackups(ctx, bk, mgr); err != nil {
+	bk, err := startBackups(ctx, cfg.DataDir, st, drv, mgr, log)
+	if err != nil {
 		return err
 	}
 	defer mgr.Close()

@@ -81,7 +81,7 @@ func TestReconcileEngineShutdown(t *testing.T) {
 				t.Parallel()
 				m, drv := newShutdownManager(t, LifecycleOptions{EngineRestartPolicy: policy})
 				ctx := t.Context()
-				sb, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
+				sb, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

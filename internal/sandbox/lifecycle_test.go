@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/agent"
+	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/store"
@@ -268,7 +269,7 @@ func TestPauseResumeAndEvents(t *testing.T) {
 	t.Parallel()
 	m, _, _ := newTestManager(t, LifecycleOptions{})
 	ctx := t.Context()
-	sb, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
+	sb, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,9 +307,9 @@ func TestReconcileBehindTheBack(t *testing.T) {
 	t.Parallel()
 	m, drv, _ := newTestManager(t, LifecycleOptions{OrphanGrace: time.Hour})
 	ctx := t.Context()
-	killed, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
-	oom, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
-	removed, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
+	killed, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
+	oom, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
+	removed, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
 	drv.kill(killed.ID, false)
 	drv.kill(oom.ID, true)
 	_ = drv.Destroy(ctx, removed.ID)
@@ -342,7 +343,7 @@ func TestReconcileEngineRestart(t *testing.T) {
 			t.Parallel()
 			m, drv, _ := newTestManager(t, LifecycleOptions{EngineRestartPolicy: policy})
 			ctx := t.Context()
-			sb, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, nil)
+			sb, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -402,9 +403,9 @@ func TestIdleAndLifetime(t *testing.T) {
 	t.Parallel()
 	m, _, st := newTestManager(t, LifecycleOptions{})
 	ctx := t.Context()
-	idle, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Timeouts: &wire.Timeouts{IdleSeconds: 1}}, nil)
-	busy, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Timeouts: &wire.Timeouts{IdleSeconds: 1, IdleAction: "pause"}}, nil)
-	life, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Timeouts: &wire.Timeouts{MaxLifetimeSeconds: 1}}, nil)
+	idle, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Timeouts: &wire.Timeouts{IdleSeconds: 1}}, CreateOptions{})
+	busy, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Timeouts: &wire.Timeouts{IdleSeconds: 1, IdleAction: "pause"}}, CreateOptions{})
+	life, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Timeouts: &wire.Timeouts{MaxLifetimeSeconds: 1}}, CreateOptions{})
 	if idle.Timeouts.IdleDeadline == nil || life.Timeouts.ExpiresAt == nil {
 		t.Fatalf("deadlines missing: %+v %+v", idle.Timeouts, life.Timeouts)
 	}
@@ -435,5 +436,51 @@ func TestIdleAndLifetime(t *testing.T) {
 	last := evs[len(evs)-2]
 	if last.Type != wire.SandboxEventTimedOut || last.Fields["timeout"] != "idle" || last.Fields["action"] != "pause" {
 		t.Errorf("timed-out event: got %+v", last)
+	}
+}
+
+// TestCreatePopulate checks the create's populate step: it runs with the
+// agent up and before the setup commands, and its failure undoes the
+// create.
+func TestCreatePopulate(t *testing.T) {
+	t.Parallel()
+	m, drv, _ := newTestManager(t, LifecycleOptions{})
+	ctx := t.Context()
+	populate := func(ctx context.Context, id string, conn *agentconn.Conn) error {
+		// The agent answers (a relative path: the fake's workspace is a temp dir).
+		if err := conn.DoJSON(ctx, "POST", "/v1/fs/mkdir", wire.MkdirRequest{Path: "populated"}, nil); err != nil {
+			return err
+		}
+		m.Event(ctx, id, "populated", "", nil)
+		return nil
+	}
+	sb, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{Populate: populate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(eventTypes(t, m, sb.ID), ","), "populated,created"; got != want {
+		t.Errorf("events: got %s, want %s", got, want)
+	}
+
+	// The setup command would fail here (the fake's boxes have no
+	// /workspace), so getting populate's error shows it ran first.
+	boom := errors.New("boom")
+	_, err = m.Create(ctx, wire.CreateSandboxRequest{Image: "x", Setup: []string{"true"}},
+		CreateOptions{Populate: func(context.Context, string, *agentconn.Conn) error { return boom }})
+	if !errors.Is(err, boom) {
+		t.Fatalf("create with a failing populate: got %v, want %v", err, boom)
+	}
+	list, err := m.List(ctx, store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != sb.ID {
+		t.Errorf("records after a failed populate: got %v, want only %s", list, sb.ID)
+	}
+	drv.mu.Lock()
+	n := len(drv.boxes)
+	drv.mu.Unlock()
+	if n != 1 {
+		t.Errorf("boxes after a failed populate: got %d, want 1", n)
 	}
 }

@@ -52,8 +52,6 @@ type Options struct {
 	Log    *slog.Logger
 	// Lifecycle configures timeouts, the reaper and the reconciler.
 	Lifecycle LifecycleOptions
-	// CreateHook, when set, takes part in Create (backups and snapshots).
-	CreateHook CreateHook
 	// Gateway, when set, mints LLM gateway tokens at create (gateway.go).
 	Gateway GatewayHook
 }
@@ -141,15 +139,24 @@ func (m *Manager) closeConn(id string) {
 	}
 }
 
+// Populate fills a new sandbox's workspace (a restore from a backup) once
+// its agent is up, before its repo is cloned and its setup commands run.
+type Populate func(ctx context.Context, id string, conn *agentconn.Conn) error
+
+// CreateOptions are the per-create steps a caller adds to a request.
+type CreateOptions struct {
+	// Progress learns of long steps (image pull, clone, setup); may be nil.
+	Progress driver.Progress
+	// Populate, when set, runs once the agent is up and before the repo
+	// and the setup commands; its failure fails (and undoes) the create.
+	Populate Populate
+}
+
 // Create makes a sandbox from a validated request and returns it once it is
 // ready to exec. On failure nothing is left behind: no box, no volume, no
 // run dir, no record.
-func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, progress driver.Progress) (wire.Sandbox, error) {
-	if m.opts.CreateHook != nil {
-		if err := m.opts.CreateHook.PrepareCreate(ctx, &req); err != nil {
-			return wire.Sandbox{}, err
-		}
-	}
+func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co CreateOptions) (wire.Sandbox, error) {
+	progress := co.Progress
 	image := req.Image
 	if image == "" {
 		image = m.opts.DefaultImage
@@ -232,8 +239,8 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, pro
 	if err := m.waitAgent(ctx, sb.ID, conn); err != nil {
 		return fail(err)
 	}
-	if m.opts.CreateHook != nil {
-		if err := m.opts.CreateHook.AfterReady(ctx, sb.ID, conn, req); err != nil {
+	if co.Populate != nil {
+		if err := co.Populate(ctx, sb.ID, conn); err != nil {
 			return fail(err)
 		}
 	}
