@@ -62,34 +62,56 @@ func TestPauseResumeKeepsMemory(t *testing.T) {
 	t.Parallel()
 	d := sharedDaemon(t)
 	sb := newSandbox(t, d, client.CreateSandboxRequest{})
-	mustOK(t, run(t, d, sb.ID, `(i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done) >/dev/null 2>&1 &`), "start counter")
-	time.Sleep(600 * time.Millisecond)
+	// The count is written to a temp file and renamed, so that a read never
+	// sees the file between its truncation and its write.
+	mustOK(t, run(t, d, sb.ID, `(i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done) >/dev/null 2>&1 &`), "start counter")
+	waitCounter(t, d, sb.ID, 3)
 
+	start := time.Now()
 	before := counter(t, d, sb.ID)
 	p, err := d.C.PauseSandbox(t.Context(), sb.ID)
 	if err != nil || p.State != client.StatePaused {
 		t.Fatalf("pause: %v %v", p.State, err)
 	}
+	frozenFrom := time.Now()
 	// Exec and files refuse a paused sandbox with 409 naming the state.
 	_, err = d.C.Exec(t.Context(), sb.ID, client.ExecRequest{Command: "true"})
 	if !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), "is paused") {
 		t.Fatalf("exec while paused: got %v, want 409 naming the state", err)
 	}
-	// Frozen for a second: a loop that kept counting would gain about 10.
-	time.Sleep(time.Second)
+	// Frozen for three seconds: a loop that kept counting would gain about 30.
+	time.Sleep(3 * time.Second)
+	frozen := time.Since(frozenFrom)
 	r, err := d.C.ResumeSandbox(t.Context(), sb.ID)
 	if err != nil || r.State != client.StateRunning {
 		t.Fatalf("resume: %v %v", r.State, err)
 	}
 	afterResume := counter(t, d, sb.ID)
-	// Kept (not restarted from 0) and not counting while paused; the read
-	// before the pause and the pause itself take a few ticks at most.
-	if afterResume < before || afterResume > before+5 {
-		t.Fatalf("counter %d before pause, %d right after resume: want the count kept and frozen while paused", before, afterResume)
+	// The loop ticks at most once per 100 ms of time it was not frozen (plus
+	// one as it thaws: its sleep ran out while frozen), and
+	// it was frozen at least from the pause's answer to the resume's call,
+	// however slow the machine is.
+	maxTicks := int((time.Since(start)-frozen)/(100*time.Millisecond)) + 2
+	if afterResume < before || afterResume-before > maxTicks {
+		t.Fatalf("counter %d before pause, %d right after resume (at most %d ticks outside the pause): want the count kept and frozen while paused", before, afterResume, maxTicks)
 	}
-	time.Sleep(500 * time.Millisecond)
-	if later := counter(t, d, sb.ID); later <= afterResume {
-		t.Fatalf("counter after resume did not go on: %d then %d", afterResume, later)
+	waitCounter(t, d, sb.ID, afterResume+1)
+}
+
+// waitCounter waits until the counter of TestPauseResumeKeepsMemory reaches
+// at least n: the loop runs (again).
+func waitCounter(t *testing.T, d *testdaemon.Daemon, id string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := strings.TrimSpace(mustOK(t, run(t, d, id, "cat /tmp/c 2>/dev/null || echo 0"), "read counter"))
+		if got, err := strconv.Atoi(out); err == nil && got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("counter %q did not reach %d in 30s", out, n)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -169,27 +191,63 @@ func TestIdleTimeout(t *testing.T) {
 	ctx := t.Context()
 	to := &client.Timeouts{IdleSeconds: 2, IdleAction: client.ActionStop}
 	idle := newSandbox(t, d, client.CreateSandboxRequest{Timeouts: to})
-	busyExec := newSandbox(t, d, client.CreateSandboxRequest{Timeouts: to})
-	busyStream := newSandbox(t, d, client.CreateSandboxRequest{Timeouts: to})
 	if idle.Timeouts == nil || idle.Timeouts.IdleDeadline == nil {
 		t.Fatalf("create did not report an idle deadline: %+v", idle.Timeouts)
 	}
+	// The busy sandboxes get their idle timeout only once their work is
+	// under way, so that a slow create of the next one cannot leave them
+	// idle past it before the work starts.
+	busyExec := newSandbox(t, d, client.CreateSandboxRequest{})
+	busyStream := newSandbox(t, d, client.CreateSandboxRequest{})
 
-	// A buffered exec that runs for 5 s keeps its sandbox busy throughout.
+	// Each busy sandbox's work runs until the test releases it: a buffered
+	// exec keeps its sandbox busy throughout, and so does an open exec stream
+	// that prints nothing.
+	const work = "touch /tmp/started; while [ ! -e /tmp/release ]; do sleep 0.1; done; echo done"
 	execDone := make(chan error, 1)
 	go func() {
-		_, err := d.C.Exec(ctx, busyExec.ID, client.ExecRequest{Command: "sleep 5", TimeoutMs: 20000})
+		_, err := d.C.Exec(ctx, busyExec.ID, client.ExecRequest{Command: work, TimeoutMs: 120000})
 		execDone <- err
 	}()
-	// An open exec stream, silent for 5 s, does too.
-	st, err := d.C.ExecStream(ctx, busyStream.ID, client.ExecRequest{Command: "sleep 5; echo done", TimeoutMs: 20000})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := d.C.Stat(ctx, busyExec.ID, "/tmp/started"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the exec in the busy sandbox did not start in 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st, err := d.C.ExecStream(ctx, busyStream.ID, client.ExecRequest{Command: work, TimeoutMs: 120000})
 	if err != nil {
 		t.Fatal(err)
 	}
+	idleSecs, stop := int64(2), client.ActionStop
+	var lastDeadline time.Time
+	for _, id := range []string{busyExec.ID, busyStream.ID} {
+		sb, err := d.C.SetTimeouts(ctx, id, client.SetTimeoutsRequest{IdleSeconds: &idleSecs, IdleAction: &stop})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Timeouts == nil || sb.Timeouts.IdleDeadline == nil {
+			t.Fatalf("set timeouts did not report an idle deadline: %+v", sb.Timeouts)
+		}
+		lastDeadline = *sb.Timeouts.IdleDeadline
+	}
 	waitState(t, d.C, idle.ID, client.StateStopped, 10*time.Second)
+	// Past the busy sandboxes' idle deadlines as set, and past a reaper
+	// tick after them: had the work not counted, they would be stopped now.
+	time.Sleep(time.Until(lastDeadline.Add(1500 * time.Millisecond)))
 	for _, id := range []string{busyExec.ID, busyStream.ID} {
 		if sb, _ := d.C.GetSandbox(ctx, id); sb.State != client.StateRunning {
-			t.Errorf("busy sandbox %s: got %s (%s), want running", id, sb.State, sb.Error)
+			evs, _ := d.C.SandboxEvents(ctx, id, client.EventsOptions{})
+			t.Errorf("busy sandbox %s: got %s (%s), want running; its events: %+v", id, sb.State, sb.Error, evs)
+		}
+	}
+	for _, id := range []string{busyExec.ID, busyStream.ID} {
+		if _, err := d.C.WriteFile(ctx, id, "/tmp/release", strings.NewReader(""), 0o644); err != nil {
+			t.Fatalf("release the work in %s: %v", id, err)
 		}
 	}
 	if err := <-execDone; err != nil {
