@@ -287,22 +287,37 @@ func (d *Driver) Stop(ctx context.Context, id string, timeout time.Duration) err
 	return classify("stop container "+ContainerName(id), err)
 }
 
-// Pause freezes the box with its memory.
+// Pause freezes the box with its memory. Pausing a paused box is not an
+// error; pausing one that does not run is a conflict.
 func (d *Driver) Pause(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
 	_, err := d.c.ContainerPause(ctx, ContainerName(id), client.ContainerPauseOptions{})
-	return classify("pause container "+ContainerName(id), err)
+	return d.settled(ctx, id, driver.BoxPaused, classify("pause container "+ContainerName(id), err))
 }
 
-// Unpause thaws a paused box.
+// Unpause thaws a paused box. Unpausing a running box is not an error.
 func (d *Driver) Unpause(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
 	_, err := d.c.ContainerUnpause(ctx, ContainerName(id), client.ContainerUnpauseOptions{})
-	return classify("unpause container "+ContainerName(id), err)
+	return d.settled(ctx, id, driver.BoxRunning, classify("unpause container "+ContainerName(id), err))
+}
+
+// settled turns the engine's refusal of a pause or unpause that has
+// nothing to do into success when the box is already in the state the call
+// wanted. The engine answers "already paused" with a conflict but "not
+// paused" with a plain 500, so the class cannot tell; the box's state does.
+func (d *Driver) settled(ctx context.Context, id string, want driver.BoxState, err error) error {
+	if err == nil || errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrUnavailable) {
+		return err
+	}
+	if st, ierr := d.Inspect(ctx, id); ierr == nil && st.State == want {
+		return nil
+	}
+	return err
 }
 
 // Destroy force-removes the box and its workspace volume. What is already

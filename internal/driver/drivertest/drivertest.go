@@ -1,0 +1,347 @@
+// Package drivertest is the conformance suite every driver must pass: the
+// contract of driver.Driver and of the optional interfaces a driver
+// implements (Pauser, InstanceLister, EventWatcher), checked through the
+// driver alone, the way the sandbox manager uses it. A driver's own tests
+// call Run with a Harness; the Docker driver runs it on a real engine and
+// the fake driver (internal/driver/fakedriver) in memory.
+package drivertest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+)
+
+// Harness is the driver under test and how to make specs for it.
+type Harness struct {
+	Driver driver.Driver
+	// Spec returns the spec of a new box with a fresh id and what the
+	// driver needs to run it: an image and an agent binary that dials the
+	// run dir's socket (the real agent). It arranges for whatever carries
+	// the id to be removed when t ends. The suite sets HostRunDir and
+	// Instance itself.
+	Spec func(t *testing.T) driver.Spec
+}
+
+// wait bounds how long the suite waits for something that must happen (an
+// agent connecting, an event arriving) before it calls it missing. It is a
+// guard against a hang, not a performance requirement.
+const wait = 2 * time.Minute
+
+// Run runs the suite. Its subtests run in parallel with each other.
+func Run(t *testing.T, h Harness) {
+	t.Run("Lifecycle", func(t *testing.T) { t.Parallel(); testLifecycle(t, h) })
+	t.Run("Missing", func(t *testing.T) { t.Parallel(); testMissing(t, h) })
+	t.Run("CreateExisting", func(t *testing.T) { t.Parallel(); testCreateExisting(t, h) })
+	t.Run("List", func(t *testing.T) { t.Parallel(); testList(t, h) })
+	t.Run("Events", func(t *testing.T) { t.Parallel(); testEvents(t, h) })
+}
+
+// newInstance returns a fresh instance id, so that listing by instance sees
+// only this test's boxes.
+func newInstance(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// spec returns a harness spec with a run dir short enough for a unix
+// socket path (108 bytes) and the instance.
+func spec(t *testing.T, h Harness, instance string) driver.Spec {
+	t.Helper()
+	s := h.Spec(t)
+	dir, err := os.MkdirTemp("", "dt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.HostRunDir = dir
+	s.Instance = instance
+	return s
+}
+
+// listen opens the box's agent socket as the manager does; the caller
+// starts the box, then waitAgent checks that its agent connected.
+func listen(t *testing.T, s driver.Spec) *agentconn.Conn {
+	t.Helper()
+	c, err := agentconn.Listen(s.ID, filepath.Join(s.HostRunDir, driver.AgentSocket), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func waitAgent(t *testing.T, c *agentconn.Conn, when string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("%s: the box's agent did not connect to the run dir's socket: %v", when, err)
+	}
+}
+
+func wantState(t *testing.T, d driver.Driver, id string, want driver.BoxState, when string) driver.Status {
+	t.Helper()
+	st, err := d.Inspect(t.Context(), id)
+	if err != nil {
+		t.Fatalf("%s: inspect %s: %v", when, id, err)
+	}
+	if st.State != want {
+		t.Fatalf("%s: inspect %s: got state %s, want %s", when, id, st.State, want)
+	}
+	if st.ID != id {
+		t.Fatalf("%s: inspect %s: got id %q", when, id, st.ID)
+	}
+	return st
+}
+
+func must(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// testLifecycle walks one box through every transition, each repeated to
+// check that it is idempotent, and checks that its PID 1 is the agent,
+// which reaches the daemon through the run dir after each start.
+func testLifecycle(t *testing.T, h Harness) {
+	d, ctx := h.Driver, t.Context()
+	s := spec(t, h, newInstance(t))
+
+	must(t, "create", d.Create(ctx, s))
+	wantState(t, d, s.ID, driver.BoxStopped, "after create")
+
+	conn := listen(t, s)
+	must(t, "start", d.Start(ctx, s.ID))
+	wantState(t, d, s.ID, driver.BoxRunning, "after start")
+	waitAgent(t, conn, "after start")
+	must(t, "start of a running box", d.Start(ctx, s.ID))
+	wantState(t, d, s.ID, driver.BoxRunning, "after a second start")
+
+	if p, ok := d.(driver.Pauser); ok {
+		must(t, "pause", p.Pause(ctx, s.ID))
+		wantState(t, d, s.ID, driver.BoxPaused, "after pause")
+		must(t, "pause of a paused box", p.Pause(ctx, s.ID))
+		wantState(t, d, s.ID, driver.BoxPaused, "after a second pause")
+		must(t, "unpause", p.Unpause(ctx, s.ID))
+		wantState(t, d, s.ID, driver.BoxRunning, "after unpause")
+		must(t, "unpause of a running box", p.Unpause(ctx, s.ID))
+		wantState(t, d, s.ID, driver.BoxRunning, "after a second unpause")
+	}
+
+	must(t, "stop", d.Stop(ctx, s.ID, 10*time.Second))
+	st := wantState(t, d, s.ID, driver.BoxStopped, "after stop")
+	if st.OOMKilled {
+		t.Errorf("after stop: OOMKilled is set")
+	}
+	must(t, "stop of a stopped box", d.Stop(ctx, s.ID, 10*time.Second))
+	wantState(t, d, s.ID, driver.BoxStopped, "after a second stop")
+	if p, ok := d.(driver.Pauser); ok {
+		if err := p.Pause(ctx, s.ID); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("pause of a stopped box: got %v, want a conflict", err)
+		}
+	}
+
+	// The same box comes back, and its agent dials the daemon again.
+	conn.Close()
+	conn = listen(t, s)
+	must(t, "start after stop", d.Start(ctx, s.ID))
+	wantState(t, d, s.ID, driver.BoxRunning, "after the restart")
+	waitAgent(t, conn, "after the restart")
+
+	must(t, "destroy", d.Destroy(ctx, s.ID))
+	wantState(t, d, s.ID, driver.BoxMissing, "after destroy")
+	must(t, "destroy of a destroyed box", d.Destroy(ctx, s.ID))
+	if err := d.Start(ctx, s.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("start of a destroyed box: got %v, want not found", err)
+	}
+}
+
+// testMissing checks what each call does with an id that has no box:
+// Inspect reports it missing, Destroy succeeds, the rest are not found.
+func testMissing(t *testing.T, h Harness) {
+	d, ctx := h.Driver, t.Context()
+	id := h.Spec(t).ID // fresh, never created
+	st, err := d.Inspect(ctx, id)
+	if err != nil || st.State != driver.BoxMissing {
+		t.Errorf("inspect of a missing box: got %+v, %v; want state %s and no error", st, err, driver.BoxMissing)
+	}
+	if err := d.Destroy(ctx, id); err != nil {
+		t.Errorf("destroy of a missing box: got %v, want nil", err)
+	}
+	calls := map[string]func() error{
+		"start": func() error { return d.Start(ctx, id) },
+		"stop":  func() error { return d.Stop(ctx, id, time.Second) },
+	}
+	if p, ok := d.(driver.Pauser); ok {
+		calls["pause"] = func() error { return p.Pause(ctx, id) }
+		calls["unpause"] = func() error { return p.Unpause(ctx, id) }
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("%s of a missing box: got %v, want not found", name, err)
+		}
+	}
+	if st, err := d.Inspect(ctx, id); err != nil || st.State != driver.BoxMissing {
+		t.Errorf("after calls on a missing box: inspect got %+v, %v; want it still missing", st, err)
+	}
+}
+
+// testCreateExisting checks that a second create of an id is refused as
+// already existing and leaves the first box as it was.
+func testCreateExisting(t *testing.T, h Harness) {
+	d, ctx := h.Driver, t.Context()
+	s := spec(t, h, newInstance(t))
+	must(t, "create", d.Create(ctx, s))
+	conn := listen(t, s)
+	must(t, "start", d.Start(ctx, s.ID))
+	waitAgent(t, conn, "after start")
+	if err := d.Create(ctx, s); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("create of an existing id: got %v, want already exists", err)
+	}
+	wantState(t, d, s.ID, driver.BoxRunning, "after the refused create")
+	must(t, "destroy", d.Destroy(ctx, s.ID))
+}
+
+// testList checks that List reports every box hotcell made, in its state,
+// and that InstanceLister tells one instance's boxes from another's.
+func testList(t *testing.T, h Harness) {
+	d, ctx := h.Driver, t.Context()
+	mine, other := newInstance(t), newInstance(t)
+	a, b, c := spec(t, h, mine), spec(t, h, mine), spec(t, h, other)
+	for _, s := range []driver.Spec{a, b, c} {
+		must(t, "create "+s.ID, d.Create(ctx, s))
+	}
+	connB := listen(t, b)
+	must(t, "start", d.Start(ctx, b.ID))
+	waitAgent(t, connB, "after start")
+
+	states := func() map[string]driver.BoxState {
+		list, err := d.List(ctx)
+		must(t, "list", err)
+		m := map[string]driver.BoxState{}
+		for _, st := range list {
+			m[st.ID] = st.State
+		}
+		return m
+	}
+	got := states()
+	for id, want := range map[string]driver.BoxState{a.ID: driver.BoxStopped, b.ID: driver.BoxRunning, c.ID: driver.BoxStopped} {
+		if got[id] != want {
+			t.Errorf("list: box %s: got state %q, want %s", id, got[id], want)
+		}
+	}
+
+	il, ok := d.(driver.InstanceLister)
+	if ok {
+		owned, err := il.ListOwned(ctx, mine)
+		must(t, "list owned", err)
+		if want := sorted(a.ID, b.ID); !slices.Equal(owned, want) {
+			t.Errorf("list owned by %s: got %v, want %v", mine, owned, want)
+		}
+		owned, err = il.ListOwned(ctx, other)
+		must(t, "list owned", err)
+		if want := []string{c.ID}; !slices.Equal(owned, want) {
+			t.Errorf("list owned by %s: got %v, want %v", other, owned, want)
+		}
+	}
+
+	must(t, "destroy", d.Destroy(ctx, a.ID))
+	must(t, "destroy", d.Destroy(ctx, b.ID))
+	got = states()
+	for _, id := range []string{a.ID, b.ID} {
+		if st, ok := got[id]; ok {
+			t.Errorf("list after destroy: box %s is still listed (%s)", id, st)
+		}
+	}
+	if ok {
+		owned, err := il.ListOwned(ctx, mine)
+		must(t, "list owned", err)
+		if len(owned) != 0 {
+			t.Errorf("list owned by %s after destroying its boxes: got %v, want none (workspaces go with their boxes)", mine, owned)
+		}
+	}
+	must(t, "destroy", d.Destroy(ctx, c.ID))
+}
+
+func sorted(ids ...string) []string {
+	slices.Sort(ids)
+	return ids
+}
+
+// testEvents checks that an EventWatcher reports a box that stops as a
+// "die" event of its id, and nothing of another instance's boxes.
+func testEvents(t *testing.T, h Harness) {
+	w, ok := h.Driver.(driver.EventWatcher)
+	if !ok {
+		t.Skip("the driver does not report box events (driver.EventWatcher); the reconciler polls instead")
+	}
+	d, ctx := h.Driver, t.Context()
+	mine, other := newInstance(t), newInstance(t)
+	s, o := spec(t, h, mine), spec(t, h, other)
+	for _, sp := range []driver.Spec{s, o} {
+		must(t, "create "+sp.ID, d.Create(ctx, sp))
+		conn := listen(t, sp)
+		must(t, "start "+sp.ID, d.Start(ctx, sp.ID))
+		waitAgent(t, conn, "after start")
+	}
+
+	evs := make(chan driver.BoxEvent, 16)
+	wctx, cancel := context.WithCancel(ctx)
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- w.WatchEvents(wctx, mine, func(ev driver.BoxEvent) {
+			select {
+			case evs <- ev:
+			default:
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-watchDone; !errors.Is(err, context.Canceled) {
+			t.Errorf("watch events after its context ended: got %v, want context.Canceled", err)
+		}
+	}()
+	// The watch is up once it reports; stopping the other instance's box
+	// and then this one's, the first event must be this one's die. The
+	// loop restarts the box until an event arrives, in case the watch
+	// started after a stop.
+	must(t, "stop "+o.ID, d.Stop(ctx, o.ID, 10*time.Second))
+	deadline := time.After(wait)
+	for {
+		must(t, "stop "+s.ID, d.Stop(ctx, s.ID, 10*time.Second))
+		select {
+		case ev := <-evs:
+			if ev.ID != s.ID || ev.Type != "die" {
+				t.Fatalf("first event: got %+v, want a die of %s (the other instance's box stopped too)", ev, s.ID)
+			}
+			must(t, "destroy", d.Destroy(ctx, s.ID))
+			must(t, "destroy", d.Destroy(ctx, o.ID))
+			return
+		case <-time.After(2 * time.Second):
+			must(t, "restart "+s.ID, d.Start(ctx, s.ID))
+		case <-deadline:
+			t.Fatalf("no event within %s of stopping box %s", wait, s.ID)
+		}
+	}
+}
