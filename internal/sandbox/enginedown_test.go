@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/driver/fakedriver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -20,7 +22,8 @@ import (
 // looks: Info and Inspect still answer (on pooled connections) while a
 // fresh connection is refused.
 type shutdownDriver struct {
-	*fakeDriver
+	*fakedriver.Driver
+	mu sync.Mutex
 	// probes is how many more probes answer before the engine refuses
 	// new connections; negative: they always answer.
 	probes int
@@ -56,7 +59,7 @@ func newShutdownManager(t *testing.T, lo LifecycleOptions) (*Manager, *shutdownD
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	drv := &shutdownDriver{fakeDriver: newFakeDriver(t), probes: -1}
+	drv := &shutdownDriver{Driver: fakedriver.New(t), probes: -1}
 	m := New(drv, st, Options{DataDir: dir, AgentBinary: "/bin/true", ReadyTimeout: 5 * time.Second,
 		Log: slog.New(slog.DiscardHandler), Lifecycle: lo})
 	t.Cleanup(m.Close)
@@ -86,7 +89,7 @@ func TestReconcileEngineShutdown(t *testing.T) {
 					t.Fatal(err)
 				}
 				drv.setProbes(when.probes)
-				drv.kill(sb.ID, false) // the engine stops its boxes on the way down
+				drv.Kill(sb.ID, false) // the engine stops its boxes on the way down
 				m.reconcile(ctx)       // as kicked by the box's die event
 				if got, _ := m.Get(ctx, sb.ID); got.State != wire.StateRunning || got.Error != "" {
 					t.Fatalf("while the engine goes down: got %s %q, want the record left running", got.State, got.Error)

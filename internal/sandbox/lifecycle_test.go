@@ -7,13 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hotcell/hotcell/internal/agent"
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/driver/fakedriver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -102,134 +101,7 @@ func TestValidateTimeouts(t *testing.T) {
 	}
 }
 
-// fakeDriver is an in-memory backend whose boxes run a real agent in this
-// process, dialing the run dir's socket like a sandbox's agent does.
-type fakeDriver struct {
-	t       *testing.T
-	mu      sync.Mutex
-	boxes   map[string]*fakeBox
-	down    bool
-	started []string
-}
-
-type fakeBox struct {
-	spec   driver.Spec
-	state  driver.BoxState
-	cancel context.CancelFunc
-	oom    bool
-}
-
-var (
-	_ driver.Driver         = (*fakeDriver)(nil)
-	_ driver.Pauser         = (*fakeDriver)(nil)
-	_ driver.InstanceLister = (*fakeDriver)(nil)
-)
-
-func newFakeDriver(t *testing.T) *fakeDriver {
-	d := &fakeDriver{t: t, boxes: map[string]*fakeBox{}}
-	t.Cleanup(func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		for _, b := range d.boxes {
-			if b.cancel != nil {
-				b.cancel()
-			}
-		}
-	})
-	return d
-}
-
-func (d *fakeDriver) Info(ctx context.Context) (driver.Info, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.down {
-		return driver.Info{}, errdefs.ErrUnavailable
-	}
-	return driver.Info{Name: "fake"}, nil
-}
-func (d *fakeDriver) EnsureImage(context.Context, string, driver.Progress) error { return nil }
-func (d *fakeDriver) Create(ctx context.Context, spec driver.Spec) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.boxes[spec.ID] = &fakeBox{spec: spec, state: driver.BoxStopped}
-	return nil
-}
-func (d *fakeDriver) Start(ctx context.Context, id string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	b, ok := d.boxes[id]
-	if !ok {
-		return errdefs.ErrNotFound
-	}
-	d.started = append(d.started, id)
-	if b.state == driver.BoxRunning {
-		return nil
-	}
-	actx, cancel := context.WithCancel(context.Background())
-	b.cancel, b.state = cancel, driver.BoxRunning
-	sock := filepath.Join(b.spec.HostRunDir, driver.AgentSocket)
-	h := agent.NewHandler(agent.Options{Workspace: d.t.TempDir()})
-	go func() { _ = agent.Run(actx, sock, h, slog.New(slog.DiscardHandler)) }()
-	return nil
-}
-func (d *fakeDriver) Stop(ctx context.Context, id string, _ time.Duration) error {
-	d.kill(id, false)
-	return nil
-}
-
-// kill stops a box as if behind the daemon's back.
-func (d *fakeDriver) kill(id string, oom bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if b, ok := d.boxes[id]; ok {
-		if b.cancel != nil {
-			b.cancel()
-		}
-		b.state, b.oom = driver.BoxStopped, oom
-	}
-}
-func (d *fakeDriver) Destroy(ctx context.Context, id string) error {
-	d.kill(id, false)
-	d.mu.Lock()
-	delete(d.boxes, id)
-	d.mu.Unlock()
-	return nil
-}
-func (d *fakeDriver) Inspect(ctx context.Context, id string) (driver.Status, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	b, ok := d.boxes[id]
-	if !ok {
-		return driver.Status{ID: id, State: driver.BoxMissing}, nil
-	}
-	return driver.Status{ID: id, State: b.state, OOMKilled: b.oom, ExitCode: 137}, nil
-}
-func (d *fakeDriver) List(ctx context.Context) ([]driver.Status, error) { return nil, nil }
-func (d *fakeDriver) Pause(ctx context.Context, id string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.boxes[id].state = driver.BoxPaused
-	return nil
-}
-func (d *fakeDriver) Unpause(ctx context.Context, id string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.boxes[id].state = driver.BoxRunning
-	return nil
-}
-func (d *fakeDriver) ListOwned(ctx context.Context, instance string) ([]string, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var ids []string
-	for id, b := range d.boxes {
-		if b.spec.Instance == instance {
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
-}
-
-func newTestManager(t *testing.T, lo LifecycleOptions) (*Manager, *fakeDriver, *store.Store) {
+func newTestManager(t *testing.T, lo LifecycleOptions) (*Manager, *fakedriver.Driver, *store.Store) {
 	t.Helper()
 	// Short: the agent socket path must fit in 108 bytes.
 	dir, err := os.MkdirTemp("/tmp", "hcsb")
@@ -242,7 +114,7 @@ func newTestManager(t *testing.T, lo LifecycleOptions) (*Manager, *fakeDriver, *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	drv := newFakeDriver(t)
+	drv := fakedriver.New(t)
 	m := New(drv, st, Options{DataDir: dir, AgentBinary: "/bin/true", ReadyTimeout: 5 * time.Second,
 		Log: slog.New(slog.DiscardHandler), Lifecycle: lo})
 	t.Cleanup(m.Close)
@@ -310,8 +182,8 @@ func TestReconcileBehindTheBack(t *testing.T) {
 	killed, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
 	oom, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
 	removed, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
-	drv.kill(killed.ID, false)
-	drv.kill(oom.ID, true)
+	drv.Kill(killed.ID, false)
+	drv.Kill(oom.ID, true)
 	_ = drv.Destroy(ctx, removed.ID)
 	m.reconcile(ctx)
 	for _, tc := range []struct {
@@ -348,14 +220,10 @@ func TestReconcileEngineRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The engine goes away, taking the box down with it, and comes back.
-			drv.mu.Lock()
-			drv.down = true
-			drv.mu.Unlock()
-			drv.kill(sb.ID, false)
+			drv.SetDown(true)
+			drv.Kill(sb.ID, false)
 			m.reconcile(ctx)
-			drv.mu.Lock()
-			drv.down = false
-			drv.mu.Unlock()
+			drv.SetDown(false)
 			m.reconcile(ctx)
 			got, _ := m.Get(ctx, sb.ID)
 			switch policy {
@@ -477,10 +345,7 @@ func TestCreatePopulate(t *testing.T) {
 	if len(list) != 1 || list[0].ID != sb.ID {
 		t.Errorf("records after a failed populate: got %v, want only %s", list, sb.ID)
 	}
-	drv.mu.Lock()
-	n := len(drv.boxes)
-	drv.mu.Unlock()
-	if n != 1 {
+	if n := drv.Len(); n != 1 {
 		t.Errorf("boxes after a failed populate: got %d, want 1", n)
 	}
 }
