@@ -99,8 +99,11 @@ func TestSIGTERMStopsChildren(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("agent did not exit within 10s of SIGTERM")
 	}
-	if el := time.Since(start); el < 2*time.Second || el > 8*time.Second {
-		t.Errorf("agent took %v, want about the 3s grace (the command ignores SIGTERM)", el)
+	// A lower bound only: the command ignores SIGTERM, so the agent must
+	// have waited out its grace before killing it. (An upper bound would
+	// measure the machine; the 10s above only guards against a hang.)
+	if el := time.Since(start); el < 2*time.Second {
+		t.Errorf("agent took %v, want at least most of the 3s grace (the command ignores SIGTERM)", el)
 	}
 	// The shell was the agent's child; with the agent gone it was killed
 	// before, and whoever adopted it reaped it.

@@ -73,11 +73,7 @@ func TestPortWait(t *testing.T) {
 		t.Errorf("waitedMs = %d, want the time the server took to come up", res.WaitedMs)
 	}
 
-	start := time.Now()
 	a.callErr("GET", "/v1/ports/"+strconv.Itoa(freePort(t))+"/wait", q("timeoutMs", "300"), nil, http.StatusGatewayTimeout, "nothing accepted connections")
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("a 300ms wait took %v", d)
-	}
 }
 
 func TestPortBadInput(t *testing.T) {

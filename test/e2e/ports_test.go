@@ -272,13 +272,9 @@ func TestPortsErrors(t *testing.T) {
 	id := sb.ID
 	ctx := t.Context()
 
-	start := time.Now()
 	_, err := d.C.WaitPort(ctx, id, 8999, 500*time.Millisecond)
 	if !errors.Is(err, client.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "8999") {
 		t.Fatalf("wait on a port with nothing: got %v, want a deadline error naming the port", err)
-	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Errorf("a 500ms wait took %v", d)
 	}
 
 	for _, port := range []int{0, 65536, -1} {

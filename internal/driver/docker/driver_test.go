@@ -115,12 +115,15 @@ func TestLifecycle(t *testing.T) {
 	if err := d.Create(ctx, spec); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Fatalf("create again: got %v, want ErrAlreadyExists", err)
 	}
+	// The engine's timestamps have whole-second precision on some
+	// versions: the lower bound allows for that.
+	beforeStart := time.Now().Truncate(time.Second)
 	if err := d.Start(ctx, id); err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	st := wantState(t, d, id, driver.BoxRunning)
-	if st.StartedAt.IsZero() || time.Since(st.StartedAt) > time.Minute {
-		t.Errorf("StartedAt: got %v, want about now", st.StartedAt)
+	if st.StartedAt.Before(beforeStart) || st.StartedAt.After(time.Now()) {
+		t.Errorf("StartedAt: got %v, want between %v and now", st.StartedAt, beforeStart)
 	}
 
 	t.Run("config", func(t *testing.T) {
@@ -147,13 +150,11 @@ func TestLifecycle(t *testing.T) {
 	}
 	wantState(t, d, id, driver.BoxRunning)
 
-	start := time.Now()
 	if err := d.Stop(ctx, id, 5*time.Second); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	if el := time.Since(start); el > 4*time.Second {
-		t.Errorf("stop took %v; the agent should exit on SIGTERM at once", el)
-	}
+	// Exit 0, not 137: the agent exited on SIGTERM, the engine did not
+	// have to kill it when the grace ran out.
 	st = wantState(t, d, id, driver.BoxStopped)
 	if st.ExitCode != 0 || st.OOMKilled {
 		t.Errorf("after stop: got exit %d oom %v, want exit 0 (clean SIGTERM exit)", st.ExitCode, st.OOMKilled)
@@ -392,16 +393,12 @@ func TestEnsureImageMissing(t *testing.T) {
 	// packet leaves the host.
 	ref := "127.0.0.1:1/hotcell/missing-" + randomID(t) + ":latest"
 	var lines []string
-	start := time.Now()
 	err := d.EnsureImage(t.Context(), ref, func(s string) { lines = append(lines, s) })
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("got %v, want ErrNotFound", err)
 	}
 	if !strings.Contains(err.Error(), "build") {
 		t.Errorf("message %q does not say how to build the image", err)
-	}
-	if el := time.Since(start); el > 10*time.Second {
-		t.Errorf("took %v, want fast", el)
 	}
 }
 
