@@ -6,6 +6,8 @@ package testdaemon
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -13,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,9 +25,13 @@ import (
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
-// daemon is one `hotcell serve` process run by a test.
+// Daemon is one `hotcell serve` process run by a test, or shared by the
+// tests of a package (Shared).
 type Daemon struct {
-	t       testing.TB
+	// owner is the test a daemon of Start belongs to, which reports its
+	// failures; nil for the shared daemon, which outlives every test and so
+	// must not keep the one that happened to start it.
+	owner   testing.TB
 	bin     string
 	agent   string
 	Image   string
@@ -51,58 +58,149 @@ type Options struct {
 	Args []string
 }
 
-// Start starts hotcell serve on a fresh data dir. The data dir is
-// short and under /tmp because the agent socket's path must fit in 108
-// bytes.
+// Start starts hotcell serve on a fresh data dir, for t alone: t's
+// cleanup should Close it. The data dir is short and under /tmp because the
+// agent socket's path must fit in 108 bytes.
 func Start(t testing.TB) *Daemon { return StartWith(t, Options{}) }
 
 // StartWith is Start with options.
 func StartWith(t testing.TB, opts Options) *Daemon {
 	t.Helper()
-	testenv.RequireDocker(t)
-	dir, err := os.MkdirTemp("/tmp", "hc")
+	d, err := launch(prepare(t), opts, t)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+var shared struct {
+	once sync.Once
+	d    *Daemon
+	err  error
+}
+
+// Shared returns the daemon the tests of a package share, starting it on
+// the first call. It belongs to the test binary, not to the test that
+// happens to call first: t only decides whether this test can have it
+// (skipped or failed without Docker) and fails if it did not start. Call
+// CloseShared from TestMain after m.Run. Do not Stop or Restart it.
+func Shared(t testing.TB) *Daemon {
+	t.Helper()
+	env := prepare(t)
+	shared.once.Do(func() { shared.d, shared.err = launch(env, Options{}, nil) })
+	if shared.err != nil {
+		t.Fatalf("the shared daemon did not start: %v", shared.err)
+	}
+	return shared.d
+}
+
+// CloseShared closes the shared daemon if one was started.
+func CloseShared() {
+	if shared.d != nil {
+		shared.d.Close()
+	}
+}
+
+// env is what every daemon of the test process runs: binaries built from
+// this tree and the default image.
+type env struct{ bin, agent, image string }
+
+// prepare gets env with t, so that a missing engine skips or fails the
+// calling test; everything in it is built once per process.
+func prepare(t testing.TB) env {
+	t.Helper()
+	testenv.RequireDocker(t)
+	return env{
+		bin:   testenv.GoBuild(t, "./cmd/hotcell"),
+		agent: testenv.AgentBinary(t),
+		image: testenv.BusyboxImage(t),
+	}
+}
+
+func launch(e env, opts Options, owner testing.TB) (*Daemon, error) {
+	dir, err := os.MkdirTemp("/tmp", "hc")
+	if err != nil {
+		return nil, err
+	}
 	d := &Daemon{
-		t:       t,
-		bin:     testenv.GoBuild(t, "./cmd/hotcell"),
-		agent:   testenv.AgentBinary(t),
-		Image:   testenv.BusyboxImage(t),
+		owner:   owner,
+		bin:     e.bin,
+		agent:   e.agent,
+		Image:   e.image,
 		DataDir: dir,
 		Addr:    opts.Listen,
 		logPath: filepath.Join(dir, "daemon.log"),
 	}
-	if d.Addr == "" {
-		d.Addr = freeAddr(t)
+	fail := func(err error) (*Daemon, error) {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	d.EgressSubnet = freeEgressSubnet(t)
+	if d.Addr == "" {
+		if d.Addr, err = freeAddr(); err != nil {
+			return fail(err)
+		}
+	}
+	if d.EgressSubnet, err = freeEgressSubnet(); err != nil {
+		return fail(err)
+	}
 	d.EgressNetwork = "hc-t-" + filepath.Base(dir)
 	d.args = append([]string{
 		"--egress-network", d.EgressNetwork,
 		"--egress-subnet", d.EgressSubnet.String(),
 		"--egress-dns-upstream", "127.0.0.1:1",
 	}, opts.Args...)
-	d.Restart()
-	return d
+	if err := d.start(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
 }
 
-func freeAddr(t testing.TB) string {
+func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", fmt.Errorf("find a free port: %w", err)
 	}
 	defer ln.Close()
-	return ln.Addr().String()
+	return ln.Addr().String(), nil
+}
+
+// fatalf reports a failure to the daemon's own test. The shared daemon has
+// none: what fails on it after its start is a misuse (Stop, Restart).
+func (d *Daemon) fatalf(format string, args ...any) {
+	if d.owner == nil {
+		panic("testdaemon: shared daemon: " + fmt.Sprintf(format, args...))
+	}
+	d.owner.Helper()
+	d.owner.Fatalf(format, args...)
+}
+
+// logf logs to the daemon's own test, or to stderr for the shared daemon.
+func (d *Daemon) logf(format string, args ...any) {
+	if d.owner == nil {
+		fmt.Fprintf(os.Stderr, "testdaemon: "+format+"\n", args...)
+		return
+	}
+	d.owner.Helper()
+	d.owner.Logf(format, args...)
 }
 
 // Restart (re)starts the daemon process on the same data dir and address.
+// The shared daemon refuses, as for Stop.
 func (d *Daemon) Restart() {
-	t := d.t
-	t.Helper()
+	if d.owner == nil {
+		d.fatalf("Restart: other tests use this daemon; start one of your own with Start")
+	}
+	d.owner.Helper()
+	if err := d.start(); err != nil {
+		d.fatalf("%v", err)
+	}
+}
+
+func (d *Daemon) start() error {
 	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	d.cmd = exec.Command(d.bin, "serve",
 		"--listen", d.Addr,
@@ -115,7 +213,9 @@ func (d *Daemon) Restart() {
 	d.cmd.Stdout = logf
 	d.cmd.Stderr = logf
 	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start hotcell serve: %v", err)
+		logf.Close()
+		d.cmd = nil
+		return fmt.Errorf("start hotcell serve: %w", err)
 	}
 	logf.Close()
 	d.waitErr = make(chan error, 1)
@@ -132,27 +232,34 @@ func (d *Daemon) Restart() {
 		}
 		select {
 		case err := <-d.waitErr:
-			t.Fatalf("hotcell serve exited: %v\n%s", err, d.Logs())
+			d.cmd = nil
+			return fmt.Errorf("hotcell serve exited: %v\n%s", err, d.Logs())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hotcell serve did not answer /healthz in 30s\n%s", d.Logs())
+			return fmt.Errorf("hotcell serve did not answer /healthz in 30s\n%s", d.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	tok, err := os.ReadFile(filepath.Join(d.DataDir, "token"))
 	if err != nil {
-		t.Fatalf("read token: %v", err)
+		return fmt.Errorf("read token: %w", err)
 	}
 	d.C, err = client.New("http://"+d.Addr, strings.TrimSpace(string(tok)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	return err
 }
 
 // Stop ends the daemon with sig and waits for it.
+// The shared daemon refuses: other tests are using it.
 func (d *Daemon) Stop(sig syscall.Signal) {
-	d.t.Helper()
+	if d.owner == nil {
+		d.fatalf("Stop: other tests use this daemon; start one of your own with Start")
+	}
+	d.owner.Helper()
+	d.stop(sig)
+}
+
+func (d *Daemon) stop(sig syscall.Signal) {
 	if d.cmd == nil {
 		return
 	}
@@ -162,7 +269,7 @@ func (d *Daemon) Stop(sig syscall.Signal) {
 	case <-time.After(30 * time.Second):
 		_ = d.cmd.Process.Kill()
 		<-d.waitErr
-		d.t.Logf("hotcell serve did not exit within 30s of %v; killed it", sig)
+		d.logf("hotcell serve did not exit within 30s of %v; killed it", sig)
 	}
 	d.cmd = nil
 }
@@ -188,20 +295,22 @@ func (d *Daemon) Logs() string {
 // its data dir.
 func (d *Daemon) Close() {
 	if d.cmd != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if list, err := d.C.ListSandboxes(ctx, client.ListOptions{}); err == nil {
-			for _, sb := range list {
-				_ = d.C.DeleteSandbox(ctx, sb.ID)
+		if d.C != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			if list, err := d.C.ListSandboxes(ctx, client.ListOptions{}); err == nil {
+				for _, sb := range list {
+					_ = d.C.DeleteSandbox(ctx, sb.ID)
+				}
 			}
+			cancel()
 		}
-		cancel()
-		d.Stop(syscall.SIGTERM)
+		d.stop(syscall.SIGTERM)
 	}
 	if d.EgressNetwork != "" {
 		// Sandboxes outlive a daemon, so it leaves its network; a test's
 		// daemon is the last user of its own.
 		if err := egress.Teardown(d.EgressNetwork, d.EgressSubnet); err != nil {
-			d.t.Logf("remove the egress rules of %s: %v", d.EgressNetwork, err)
+			d.logf("remove the egress rules of %s: %v", d.EgressNetwork, err)
 		}
 		_ = exec.Command("docker", "network", "rm", d.EgressNetwork).Run()
 	}
@@ -210,11 +319,11 @@ func (d *Daemon) Close() {
 
 // freeEgressSubnet picks a /24 in 10.214.0.0/16 that no interface of the
 // host uses yet (every Docker bridge holds its gateway address).
-func freeEgressSubnet(t testing.TB) netip.Prefix {
+func freeEgressSubnet() (netip.Prefix, error) {
 	used := map[netip.Prefix]bool{}
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
-		t.Fatal(err)
+		return netip.Prefix{}, fmt.Errorf("list the host's addresses: %w", err)
 	}
 	for _, a := range addrs {
 		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
@@ -226,9 +335,8 @@ func freeEgressSubnet(t testing.TB) netip.Prefix {
 		_, _ = rand.Read(b[:])
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 214, b[0], 0}), 24)
 		if !used[p] {
-			return p
+			return p, nil
 		}
 	}
-	t.Fatal("no free /24 in 10.214.0.0/16 for the egress network")
-	return netip.Prefix{}
+	return netip.Prefix{}, errors.New("no free /24 in 10.214.0.0/16 for the egress network")
 }

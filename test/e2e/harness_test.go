@@ -9,36 +9,23 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/testdaemon"
-	"github.com/hotcell/hotcell/internal/testenv"
 )
 
-var shared struct {
-	once sync.Once
-	d    *testdaemon.Daemon
-}
-
-// sharedDaemon returns the daemon most tests share; TestMain stops it.
+// sharedDaemon returns the daemon most tests share. It belongs to the test
+// binary (TestMain closes it), not to the test that starts it.
 func sharedDaemon(t *testing.T) *testdaemon.Daemon {
 	t.Helper()
-	testenv.RequireDocker(t)
-	shared.once.Do(func() { shared.d = testdaemon.Start(t) })
-	if shared.d == nil || shared.d.C == nil {
-		t.Fatal("the shared daemon failed to start in an earlier test")
-	}
-	return shared.d
+	return testdaemon.Shared(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.d != nil {
-		shared.d.Close()
-	}
+	testdaemon.CloseShared()
 	os.Exit(code)
 }
 
