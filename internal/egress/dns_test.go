@@ -1,0 +1,288 @@
+package egress
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// fakeUpstream is the resolver's upstream: a DNS server on loopback that
+// knows a few names and counts what it was asked.
+type fakeUpstream struct {
+	addr string
+	mu   sync.Mutex
+	asks map[string]int // "name TYPE" → queries
+}
+
+func newFakeUpstream(t *testing.T) *fakeUpstream {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &fakeUpstream{addr: pc.LocalAddr().String(), asks: map[string]int{}}
+	records := map[string][]string{
+		"pkg.test.":         {"pkg.test. 5 IN A 198.18.2.10"},
+		"www.example.test.": {"www.example.test. 600 IN A 198.18.3.3", "www.example.test. 600 IN AAAA 2001:db8::3"},
+		"other.test.":       {"other.test. 60 IN A 198.18.9.9"},
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		qq := q.Question[0]
+		u.mu.Lock()
+		u.asks[strings.TrimSuffix(qq.Name, ".")+" "+dns.TypeToString[qq.Qtype]]++
+		u.mu.Unlock()
+		m := new(dns.Msg)
+		m.SetReply(q)
+		rrs, ok := records[strings.ToLower(qq.Name)]
+		if !ok {
+			m.Rcode = dns.RcodeNameError
+		}
+		for _, s := range rrs {
+			rr, err := dns.NewRR(s)
+			if err != nil {
+				panic(err)
+			}
+			if rr.Header().Rrtype == qq.Qtype {
+				m.Answer = append(m.Answer, rr)
+			}
+		}
+		_ = w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = srv.ActivateAndServe() }()
+	<-started
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return u
+}
+
+func (u *fakeUpstream) asked(key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.asks[key]
+}
+
+// serveResolver serves the controller's resolver on a loopback UDP port.
+func serveResolver(t *testing.T, c *Controller) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: c.dns}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = srv.ActivateAndServe() }()
+	<-started
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return pc.LocalAddr().String()
+}
+
+// ask sends one query from source (a loopback address standing in for a
+// sandbox's address on the egress network).
+func ask(t *testing.T, server, source, name string, qtype uint16) *dns.Msg {
+	t.Helper()
+	c := &dns.Client{Net: "udp", Timeout: 10 * time.Second, Dialer: &net.Dialer{
+		LocalAddr: &net.UDPAddr{IP: net.ParseIP(source)},
+	}}
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), qtype)
+	resp, _, err := c.ExchangeContext(t.Context(), q, server)
+	if err != nil {
+		t.Fatalf("ask %s %s from %s: %v", name, dns.TypeToString[qtype], source, err)
+	}
+	if resp.Id != q.Id {
+		t.Errorf("answer id %d, want the query's %d", resp.Id, q.Id)
+	}
+	return resp
+}
+
+func answers(m *dns.Msg) []string {
+	var out []string
+	for _, rr := range m.Answer {
+		switch rr := rr.(type) {
+		case *dns.A:
+			out = append(out, rr.A.String())
+		case *dns.AAAA:
+			out = append(out, rr.AAAA.String())
+		default:
+			out = append(out, rr.String())
+		}
+	}
+	return out
+}
+
+// hasRule reports whether the sandbox's dynamic chain lets dst through.
+func hasRule(ipt *fakeIPT, dst string) bool {
+	ipt.mu.Lock()
+	defer ipt.mu.Unlock()
+	for name, rules := range ipt.chains {
+		if strings.HasPrefix(name, prefixDyn) && slices.ContainsFunc(rules, func(r string) bool { return strings.HasPrefix(r, "-d "+dst+"/32 ") }) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestResolver drives ServeDNS over real UDP on loopback, with the real
+// controller's decisions and a fake firewall and upstream. Sandbox A
+// (127.0.0.1) has an allowlist, B (127.0.0.2) is open, 127.0.0.3 is no
+// sandbox.
+func TestResolver(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	c, ipt := testController(t, 0)
+	c.dns.upstreams = []string{up.addr}
+	n := c.drv.(*fakeNet)
+	n.addrs[idA] = netip.MustParseAddr("127.0.0.1")
+	n.addrs[idB] = netip.MustParseAddr("127.0.0.2")
+	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test", "*.example.test:443"}})
+	mustApply(t, c, idB, wire.EgressPolicy{Mode: wire.EgressOpen})
+	srv := serveResolver(t, c)
+	const a, b, stranger = "127.0.0.1", "127.0.0.2", "127.0.0.3"
+
+	t.Run("allowlisted name is answered and its address allowed first", func(t *testing.T) {
+		resp := ask(t, srv, a, "PKG.test", dns.TypeA)
+		if resp.Rcode != dns.RcodeSuccess || !slices.Equal(answers(resp), []string{"198.18.2.10"}) {
+			t.Fatalf("got %s %v, want 198.18.2.10", dns.RcodeToString[resp.Rcode], answers(resp))
+		}
+		// The rule is in before the answer is out: no wait here.
+		if !hasRule(ipt, "198.18.2.10") {
+			t.Error("the answered address is not allowed in the sandbox's chain")
+		}
+		st := c.Status(idA, wire.EgressPolicy{})
+		i := slices.IndexFunc(st.Resolved, func(r wire.EgressResolved) bool { return r.Address == "198.18.2.10" })
+		if i < 0 || st.Resolved[i].Name != "pkg.test" {
+			t.Fatalf("resolved %+v, want pkg.test → 198.18.2.10", st.Resolved)
+		}
+		// The upstream's 5s TTL is raised to the minimum of 30s.
+		if left := time.Until(st.Resolved[i].ExpiresAt); left < 20*time.Second {
+			t.Errorf("allowed for %v more, want about the 30s minimum", left)
+		}
+	})
+	t.Run("wildcard name with a port", func(t *testing.T) {
+		resp := ask(t, srv, a, "www.example.test", dns.TypeA)
+		if !slices.Equal(answers(resp), []string{"198.18.3.3"}) {
+			t.Fatalf("got %v, want 198.18.3.3", answers(resp))
+		}
+		ipt.mu.Lock()
+		var rules []string
+		for name, rs := range ipt.chains {
+			if strings.HasPrefix(name, prefixDyn) {
+				rules = append(rules, rs...)
+			}
+		}
+		ipt.mu.Unlock()
+		for _, r := range rules {
+			if strings.HasPrefix(r, "-d 198.18.3.3/32") && !strings.Contains(r, "--dport 443") {
+				t.Errorf("rule %q allows more than port 443", r)
+			}
+		}
+		if !hasRule(ipt, "198.18.3.3") {
+			t.Error("the answered address is not allowed")
+		}
+	})
+	t.Run("AAAA of an allowlisted name is empty and not forwarded", func(t *testing.T) {
+		resp := ask(t, srv, a, "www.example.test", dns.TypeAAAA)
+		if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 0 {
+			t.Errorf("got %s %v, want an empty NOERROR", dns.RcodeToString[resp.Rcode], answers(resp))
+		}
+		if n := up.asked("www.example.test AAAA"); n != 0 {
+			t.Errorf("the upstream was asked %d times", n)
+		}
+	})
+	t.Run("other names are refused and not forwarded", func(t *testing.T) {
+		for _, name := range []string{"other.test", "example.test", "pkg.test.evil.test", "xpkg.test"} {
+			resp := ask(t, srv, a, name, dns.TypeA)
+			if resp.Rcode != dns.RcodeRefused || len(resp.Answer) != 0 {
+				t.Errorf("%s: got %s %v, want REFUSED", name, dns.RcodeToString[resp.Rcode], answers(resp))
+			}
+			if n := up.asked(name + " A"); n != 0 {
+				t.Errorf("%s: the upstream was asked %d times", name, n)
+			}
+		}
+		if hasRule(ipt, "198.18.9.9") {
+			t.Error("a refused name's address is allowed")
+		}
+		st := c.Status(idA, wire.EgressPolicy{})
+		if st.RefusedQueries != 4 || !slices.ContainsFunc(st.Denied, func(d wire.EgressDenial) bool { return d.Kind == wire.DenialDNS && d.Name == "other.test" }) {
+			t.Errorf("refused %d, denied %+v; want 4 and a DNS denial of other.test", st.RefusedQueries, st.Denied)
+		}
+	})
+	t.Run("open sandbox: forwarded, nothing learned", func(t *testing.T) {
+		resp := ask(t, srv, b, "other.test", dns.TypeA)
+		if !slices.Equal(answers(resp), []string{"198.18.9.9"}) {
+			t.Fatalf("got %v, want 198.18.9.9", answers(resp))
+		}
+		resp = ask(t, srv, b, "www.example.test", dns.TypeAAAA)
+		if !slices.Equal(answers(resp), []string{"2001:db8::3"}) {
+			t.Errorf("AAAA: got %v, want 2001:db8::3", answers(resp))
+		}
+		if hasRule(ipt, "198.18.9.9") {
+			t.Error("an open sandbox's answer became a rule")
+		}
+	})
+	t.Run("unknown address is refused", func(t *testing.T) {
+		resp := ask(t, srv, stranger, "pkg.test", dns.TypeA)
+		if resp.Rcode != dns.RcodeRefused {
+			t.Errorf("got %s, want REFUSED", dns.RcodeToString[resp.Rcode])
+		}
+	})
+	t.Run("released sandbox is refused", func(t *testing.T) {
+		if err := c.Release(t.Context(), idB); err != nil {
+			t.Fatal(err)
+		}
+		before := up.asked("other.test A")
+		resp := ask(t, srv, b, "other.test", dns.TypeA)
+		if resp.Rcode != dns.RcodeRefused || up.asked("other.test A") != before {
+			t.Errorf("got %s, want REFUSED and no upstream query", dns.RcodeToString[resp.Rcode])
+		}
+	})
+}
+
+func TestResolverFailures(t *testing.T) {
+	t.Parallel()
+	c, _ := testController(t, 0)
+	// A loopback port nothing listens on: the upstream is down.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := pc.LocalAddr().String()
+	pc.Close()
+	c.dns.upstreams = []string{dead}
+	c.drv.(*fakeNet).addrs[idA] = netip.MustParseAddr("127.0.0.1")
+	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressOpen})
+	srv := serveResolver(t, c)
+
+	if resp := ask(t, srv, "127.0.0.1", "pkg.test", dns.TypeA); resp.Rcode != dns.RcodeServerFailure {
+		t.Errorf("upstream down: got %s, want SERVFAIL", dns.RcodeToString[resp.Rcode])
+	}
+
+	// Two questions (the DNS library's server turns them away first with
+	// FORMERR; the resolver's own check says NOTIMP), and a non-query
+	// opcode: never forwarded, never answered.
+	cl := &dns.Client{Net: "udp", Timeout: 10 * time.Second}
+	two := new(dns.Msg)
+	two.SetQuestion("pkg.test.", dns.TypeA)
+	two.Question = append(two.Question, dns.Question{Name: "other.test.", Qtype: dns.TypeA, Qclass: dns.ClassINET})
+	notify := new(dns.Msg)
+	notify.SetNotify("pkg.test.")
+	for name, q := range map[string]*dns.Msg{"two questions": two, "notify": notify} {
+		resp, _, err := cl.ExchangeContext(t.Context(), q, srv)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if (resp.Rcode != dns.RcodeNotImplemented && resp.Rcode != dns.RcodeFormatError) || len(resp.Answer) != 0 {
+			t.Errorf("%s: got %s %v, want NOTIMP or FORMERR", name, dns.RcodeToString[resp.Rcode], answers(resp))
+		}
+	}
+}

@@ -1,0 +1,461 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coreos/go-iptables/iptables"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ with what the tests produce")
+
+// fakeIPT is an in-memory filter table that records every change: the
+// firewall's logic against it, without root or a kernel. The rules are
+// kept as the specs were given (real iptables normalises them when it
+// lists them; the firewall only parses -s, -j and -g back).
+type fakeIPT struct {
+	mu     sync.Mutex
+	chains map[string][]string
+	calls  []string
+	// failAt makes the change whose log line starts with it fail, once.
+	failAt string
+}
+
+func newFakeIPT() *fakeIPT {
+	return &fakeIPT{chains: map[string][]string{chainForward: nil, chainInput: nil, "FORWARD": nil, "OUTPUT": nil}}
+}
+
+var errFake = errors.New("fake iptables: refused")
+
+// change logs a change and says whether it is to fail.
+func (f *fakeIPT) change(format string, args ...any) error {
+	line := fmt.Sprintf(format, args...)
+	if f.failAt != "" && strings.HasPrefix(line, f.failAt) {
+		f.failAt = ""
+		f.calls = append(f.calls, line+"  # failed")
+		return errFake
+	}
+	f.calls = append(f.calls, line)
+	return nil
+}
+
+func (f *fakeIPT) ChainExists(table, chain string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.chains[chain]
+	return ok, nil
+}
+
+func (f *fakeIPT) NewChain(table, chain string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.chains[chain]; ok {
+		return fmt.Errorf("fake iptables: chain %s exists", chain)
+	}
+	if err := f.change("-N %s", chain); err != nil {
+		return err
+	}
+	f.chains[chain] = []string{}
+	return nil
+}
+
+func (f *fakeIPT) ClearAndDeleteChain(table, chain string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.chains[chain]; !ok {
+		return nil // as go-iptables: a missing chain is not an error
+	}
+	for c, rules := range f.chains {
+		for _, r := range rules {
+			if slices.Contains(strings.Fields(r), chain) {
+				return fmt.Errorf("fake iptables: chain %s is referenced from %s", chain, c)
+			}
+		}
+	}
+	if err := f.change("-X %s", chain); err != nil {
+		return err
+	}
+	delete(f.chains, chain)
+	return nil
+}
+
+func (f *fakeIPT) ListChains(table string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for c := range f.chains {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (f *fakeIPT) target(chain string, spec []string) error {
+	for i, s := range spec {
+		if (s == "-j" || s == "-g") && i+1 < len(spec) {
+			t := spec[i+1]
+			if strings.HasPrefix(t, "HC") {
+				if _, ok := f.chains[t]; !ok {
+					return fmt.Errorf("fake iptables: %s jumps to missing chain %s", chain, t)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (f *fakeIPT) Insert(table, chain string, pos int, spec ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, ok := f.chains[chain]
+	if !ok || pos < 1 || pos > len(rules)+1 {
+		return fmt.Errorf("fake iptables: insert into %s at %d", chain, pos)
+	}
+	if err := f.target(chain, spec); err != nil {
+		return err
+	}
+	r := strings.Join(spec, " ")
+	if err := f.change("-I %s %d %s", chain, pos, r); err != nil {
+		return err
+	}
+	f.chains[chain] = slices.Insert(rules, pos-1, r)
+	return nil
+}
+
+func (f *fakeIPT) Append(table, chain string, spec ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.chains[chain]; !ok {
+		return fmt.Errorf("fake iptables: no chain %s", chain)
+	}
+	if err := f.target(chain, spec); err != nil {
+		return err
+	}
+	r := strings.Join(spec, " ")
+	if err := f.change("-A %s %s", chain, r); err != nil {
+		return err
+	}
+	f.chains[chain] = append(f.chains[chain], r)
+	return nil
+}
+
+func (f *fakeIPT) Exists(table, chain string, spec ...string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, ok := f.chains[chain]
+	if !ok {
+		return false, fmt.Errorf("fake iptables: no chain %s", chain)
+	}
+	return slices.Contains(rules, strings.Join(spec, " ")), nil
+}
+
+func (f *fakeIPT) DeleteIfExists(table, chain string, spec ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := strings.Join(spec, " ")
+	i := slices.Index(f.chains[chain], r)
+	if i < 0 {
+		return nil
+	}
+	if err := f.change("-D %s %s", chain, r); err != nil {
+		return err
+	}
+	f.chains[chain] = slices.Delete(f.chains[chain], i, i+1)
+	return nil
+}
+
+func (f *fakeIPT) List(table, chain string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, ok := f.chains[chain]
+	if !ok {
+		return nil, fmt.Errorf("fake iptables: no chain %s", chain)
+	}
+	out := []string{"-N " + chain}
+	for _, r := range rules {
+		out = append(out, "-A "+chain+" "+r)
+	}
+	return out, nil
+}
+
+func (f *fakeIPT) StructuredStats(table, chain string) ([]iptables.Stat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, ok := f.chains[chain]
+	if !ok {
+		return nil, fmt.Errorf("fake iptables: no chain %s", chain)
+	}
+	var out []iptables.Stat
+	for _, r := range rules {
+		fs := strings.Fields(r)
+		st := iptables.Stat{}
+		for i := 0; i+1 < len(fs); i++ {
+			if fs[i] == "-j" || fs[i] == "-g" {
+				st.Target = fs[i+1]
+			}
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+var _ iptablesAPI = (*fakeIPT)(nil)
+
+// generation matches a sandbox chain's random generation suffix.
+var generation = regexp.MustCompile(`\b(HC[ED]-[a-z0-9]+)-([0-9a-f]{4})\b`)
+
+// dump is the changes so far and the table as it is now, with generations
+// numbered in order of appearance so that the text is stable.
+func (f *fakeIPT) dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("# changes\n")
+	for _, c := range f.calls {
+		b.WriteString(c + "\n")
+	}
+	b.WriteString("\n# table\n")
+	var names []string
+	for c := range f.chains {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	for _, c := range names {
+		fmt.Fprintf(&b, "-N %s\n", c)
+		for _, r := range f.chains[c] {
+			fmt.Fprintf(&b, "-A %s %s\n", c, r)
+		}
+	}
+	gens := map[string]string{}
+	return generation.ReplaceAllStringFunc(b.String(), func(s string) string {
+		m := generation.FindStringSubmatch(s)
+		g, ok := gens[m[2]]
+		if !ok {
+			g = fmt.Sprintf("g%d", len(gens)+1)
+			gens[m[2]] = g
+		}
+		return m[1] + "-" + g
+	})
+}
+
+// golden compares got with testdata/name, or writes it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to write it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s\nIf the change is meant, run go test -update and review the diff.", path, diff)
+	}
+}
+
+// fakeNet is the driver's network side: it knows box addresses.
+type fakeNet struct {
+	mu    sync.Mutex
+	addrs map[string]netip.Addr
+	on    map[string]bool
+}
+
+func (n *fakeNet) EnsureNetwork(ctx context.Context, name string, subnet netip.Prefix) (netip.Addr, error) {
+	return subnet.Addr().Next(), nil
+}
+func (n *fakeNet) RemoveNetwork(ctx context.Context, name string) error { return nil }
+func (n *fakeNet) Connect(ctx context.Context, id, network string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.on[id] = true
+	return nil
+}
+func (n *fakeNet) Disconnect(ctx context.Context, id, network string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.on[id] = false
+	return nil
+}
+func (n *fakeNet) BoxAddress(ctx context.Context, id, network string) (netip.Addr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.on[id] {
+		return netip.Addr{}, nil
+	}
+	return n.addrs[id], nil
+}
+
+var testSubnet = netip.MustParsePrefix("10.214.5.0/24")
+
+// testController is a Controller on a fake firewall and fake network, as
+// Start would set it up, with the denial log on (group 7) if logGroup.
+func testController(t *testing.T, logGroup uint16) (*Controller, *fakeIPT) {
+	t.Helper()
+	net := &fakeNet{on: map[string]bool{}, addrs: map[string]netip.Addr{
+		"sb-aaaaaaaaaaaa": netip.MustParseAddr("10.214.5.2"),
+		"sb-bbbbbbbbbbbb": netip.MustParseAddr("10.214.5.3"),
+	}}
+	c := New(net, Config{Network: "hc-test", Subnet: testSubnet, GatewayPort: 8089, Log: slog.New(slog.DiscardHandler)})
+	gw, _ := net.EnsureNetwork(t.Context(), "hc-test", testSubnet)
+	c.gateway = gw
+	ipt := newFakeIPT()
+	c.fw = newFirewall(ipt, "hc-test", testSubnet, gw, []int{8089})
+	c.fw.logGroup = logGroup
+	if _, err := c.fw.ensureBase(); err != nil {
+		t.Fatal(err)
+	}
+	return c, ipt
+}
+
+func mustApply(t *testing.T, c *Controller, id string, p wire.EgressPolicy) {
+	t.Helper()
+	if err := c.Apply(t.Context(), id, p); err != nil {
+		t.Fatalf("apply %+v to %s: %v", p, id, err)
+	}
+}
+
+// checkInvariants holds for every table the firewall leaves: the jumps to
+// the network's chain come first in DOCKER-USER and INPUT, the network's
+// chain ends in DROP, and every sandbox chain ends in DROP or goes to one
+// that does (an open sandbox's RETURN is its policy's last word).
+func checkInvariants(t *testing.T, c *Controller, ipt *fakeIPT) {
+	t.Helper()
+	ipt.mu.Lock()
+	defer ipt.mu.Unlock()
+	for _, ch := range []string{chainForward, chainInput} {
+		if rules := ipt.chains[ch]; len(rules) == 0 || !strings.HasSuffix(rules[0], "-j "+c.fw.base) {
+			t.Errorf("%s does not start with the jump to %s: %q", ch, c.fw.base, rules)
+		}
+	}
+	base := ipt.chains[c.fw.base]
+	if len(base) == 0 || !strings.HasSuffix(base[len(base)-1], "-j DROP") {
+		t.Errorf("%s does not end in DROP: %q", c.fw.base, base)
+	}
+	for name, rules := range ipt.chains {
+		if !strings.HasPrefix(name, prefixDyn) {
+			continue
+		}
+		if len(rules) == 0 || !strings.HasSuffix(rules[len(rules)-1], "-j DROP") {
+			t.Errorf("%s does not end in DROP: %q", name, rules)
+		}
+	}
+}
+
+const (
+	idA = "sb-aaaaaaaaaaaa"
+	idB = "sb-bbbbbbbbbbbb"
+)
+
+// TestFirewallRules: the rules each policy puts in, and the order of the
+// changes that get there, as golden files.
+func TestFirewallRules(t *testing.T) {
+	t.Parallel()
+	t.Run("open", func(t *testing.T) {
+		c, ipt := testController(t, 0)
+		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressOpen})
+		checkInvariants(t, c, ipt)
+		golden(t, "firewall-open.golden", ipt.dump())
+	})
+	t.Run("none", func(t *testing.T) {
+		// Open first, then none: the box leaves the network and its
+		// rules go.
+		c, ipt := testController(t, 0)
+		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressOpen})
+		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressNone})
+		checkInvariants(t, c, ipt)
+		if st := c.Status(idA, wire.EgressPolicy{}); !st.Enforced || st.Address != "" {
+			t.Errorf("status after none: %+v, want enforced without an address", st)
+		}
+		golden(t, "firewall-none.golden", ipt.dump())
+	})
+	t.Run("allowlist", func(t *testing.T) {
+		c, ipt := testController(t, 7)
+		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{
+			"pkg.test", "*.example.test:443", "198.18.0.0/24", "198.18.1.5:8080", "2001:db8::/32",
+		}})
+		// The resolver learned two names; one address expires.
+		p, _ := ParsePolicy("egress", wire.EgressPolicy{Allow: []string{"pkg.test", "*.example.test:443"}}, wire.EgressOpen)
+		c.learn(t.Context(), idA, "pkg.test", p.MatchName("pkg.test"), []learnedAddr{{netip.MustParseAddr("198.18.2.10"), time.Minute}})
+		c.learn(t.Context(), idA, "www.example.test", p.MatchName("www.example.test"), []learnedAddr{
+			{netip.MustParseAddr("198.18.3.3"), time.Minute}, {netip.MustParseAddr("198.18.3.4"), time.Second},
+		})
+		c.expire(time.Now().Add(30 * time.Second))
+		checkInvariants(t, c, ipt)
+		golden(t, "firewall-allowlist.golden", ipt.dump())
+	})
+	t.Run("replace", func(t *testing.T) {
+		// A policy change builds the new chains, puts their jump above the
+		// old one, and only then removes the old ones.
+		c, ipt := testController(t, 0)
+		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"198.18.0.0/24"}})
+		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressOpen})
+		checkInvariants(t, c, ipt)
+		golden(t, "firewall-replace.golden", ipt.dump())
+	})
+	t.Run("prune", func(t *testing.T) {
+		c, ipt := testController(t, 0)
+		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressOpen})
+		mustApply(t, c, idB, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test"}})
+		if err := c.Prune(t.Context(), []string{idA}); err != nil {
+			t.Fatal(err)
+		}
+		checkInvariants(t, c, ipt)
+		golden(t, "firewall-prune.golden", ipt.dump())
+	})
+}
+
+// TestFirewallFailureKeepsOldRules: a change that fails half way leaves the
+// rules in force as they were and no half-built chains behind.
+func TestFirewallFailureKeepsOldRules(t *testing.T) {
+	t.Parallel()
+	for _, failAt := range []string{"-N HCE-", "-A HCD-", "-A HCE-", "-I "} {
+		t.Run(failAt, func(t *testing.T) {
+			c, ipt := testController(t, 7)
+			mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"198.18.0.0/24"}})
+			before := tableOf(ipt)
+			ipt.mu.Lock()
+			ipt.failAt = failAt
+			ipt.mu.Unlock()
+			err := c.Apply(t.Context(), idA, wire.EgressPolicy{Mode: wire.EgressOpen})
+			if !errors.Is(err, errFake) {
+				t.Fatalf("apply: got %v, want the fake's failure", err)
+			}
+			if diff := cmp.Diff(before, tableOf(ipt)); diff != "" {
+				t.Errorf("the table changed (-before +after):\n%s", diff)
+			}
+			if !c.fw.sandboxOK(idA) {
+				t.Error("the sandbox's jump is gone")
+			}
+		})
+	}
+}
+
+func tableOf(ipt *fakeIPT) map[string][]string {
+	ipt.mu.Lock()
+	defer ipt.mu.Unlock()
+	out := map[string][]string{}
+	for c, r := range ipt.chains {
+		out[c] = slices.Clone(r)
+	}
+	return out
+}
