@@ -5,7 +5,6 @@ import (
 
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/sandbox"
-	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -21,7 +20,7 @@ import (
 type Manager interface {
 	Create(ctx context.Context, req wire.CreateSandboxRequest, co sandbox.CreateOptions) (wire.Sandbox, error)
 	Get(ctx context.Context, id string) (wire.Sandbox, error)
-	List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error)
+	List(ctx context.Context, f sandbox.ListFilter) ([]wire.Sandbox, error)
 	Destroy(ctx context.Context, id string) error
 	Start(ctx context.Context, id string) (wire.Sandbox, error)
 	Stop(ctx context.Context, id string) (wire.Sandbox, error)

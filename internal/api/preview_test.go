@@ -14,7 +14,6 @@ import (
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/sandbox"
-	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -35,7 +34,7 @@ func (m *previewManager) Agent(context.Context, string) (*agentconn.Conn, error)
 func (m *previewManager) Create(context.Context, wire.CreateSandboxRequest, sandbox.CreateOptions) (wire.Sandbox, error) {
 	panic("unused")
 }
-func (m *previewManager) List(context.Context, store.Filter) ([]wire.Sandbox, error) {
+func (m *previewManager) List(context.Context, sandbox.ListFilter) ([]wire.Sandbox, error) {
 	panic("unused")
 }
 func (m *previewManager) Destroy(context.Context, string) error { panic("unused") }

@@ -5,7 +5,6 @@ import (
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/sandbox"
-	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -71,7 +70,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.opts.Manager.List(r.Context(), store.Filter{State: st, Labels: labels})
+	list, err := s.opts.Manager.List(r.Context(), sandbox.ListFilter{State: st, Labels: labels})
 	if err != nil {
 		return err
 	}

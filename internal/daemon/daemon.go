@@ -115,7 +115,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	// delta whoever asks: an API call, a stream or a metrics scrape.
 	sampler := metrics.NewSampler(drv)
 	mets := metrics.New(metrics.Options{
-		Sandboxes: func(ctx context.Context) ([]wire.Sandbox, error) { return mgr.List(ctx, store.Filter{}) },
+		Sandboxes: func(ctx context.Context) ([]wire.Sandbox, error) { return mgr.List(ctx, sandbox.ListFilter{}) },
 		Stats:     sampler.Sample,
 		Log:       log,
 	})

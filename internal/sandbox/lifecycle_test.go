@@ -338,7 +338,7 @@ func TestCreatePopulate(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("create with a failing populate: got %v, want %v", err, boom)
 	}
-	list, err := m.List(ctx, store.Filter{})
+	list, err := m.List(ctx, ListFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -334,9 +334,17 @@ func (m *Manager) Get(ctx context.Context, id string) (wire.Sandbox, error) {
 	return m.withDeadlinesErr(m.store.Get(ctx, id))
 }
 
+// ListFilter selects sandboxes in List. Zero fields match everything;
+// Labels match when the sandbox has every given key with exactly the given
+// value.
+type ListFilter struct {
+	State  wire.State
+	Labels map[string]string
+}
+
 // List returns the sandboxes that match f.
-func (m *Manager) List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error) {
-	list, err := m.store.List(ctx, f)
+func (m *Manager) List(ctx context.Context, f ListFilter) ([]wire.Sandbox, error) {
+	list, err := m.store.List(ctx, store.Filter{State: f.State, Labels: f.Labels})
 	for i := range list {
 		list[i] = m.withDeadlines(list[i])
 	}
