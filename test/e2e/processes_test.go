@@ -382,10 +382,14 @@ func TestProcessesSurviveDaemonRestart(t *testing.T) {
 	if err != nil || r1.State != client.ProcessRunning || !r1.KeepAlive {
 		t.Fatalf("running process after restart: %+v, %v", r1, err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	r2, err := d.C.GetProcess(ctx, sb.ID, running.ID)
-	if err != nil || r2.StdoutBytes <= r1.StdoutBytes {
-		t.Errorf("log did not grow after the restart: %d then %d (%v)", r1.StdoutBytes, r2.StdoutBytes, err)
+	for grew := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r2, err := d.C.GetProcess(ctx, sb.ID, running.ID)
+		if err == nil && r2.StdoutBytes > r1.StdoutBytes {
+			break
+		}
+		if time.Now().After(grew) {
+			t.Fatalf("log did not grow in 30s after the restart: %d then %d (%v)", r1.StdoutBytes, r2.StdoutBytes, err)
+		}
 	}
 	out := readLog(t, d.C, sb.ID, running.ID, 0)
 	n := strings.Count(out, "\n")
