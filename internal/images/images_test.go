@@ -151,7 +151,8 @@ deb http://deb.debian.org/debian bookworm main
 
 // TestBuildBase builds hotcell/base with whatever path works on this host
 // (debootstrap when no registry answers). It takes minutes and fetches
-// packages from the Debian mirror, so it only runs when asked for.
+// packages from the Debian mirror, so it only runs when asked for:
+// scripts/test asks, in a step of its own after the other tests.
 func TestBuildBase(t *testing.T) {
 	if os.Getenv("HOTCELL_TEST_BUILD_BASE") == "" {
 		t.Skip("set HOTCELL_TEST_BUILD_BASE=1 to build hotcell/base (minutes, needs the Debian mirror)")
