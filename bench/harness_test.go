@@ -77,12 +77,7 @@ func dockerCLI(ctx context.Context, args ...string) (string, error) {
 // the baselines are what users type.
 func requireDockerCLI(b *testing.B) {
 	b.Helper()
-	if _, err := exec.LookPath("docker"); err != nil {
-		if testenv.InCI() {
-			b.Fatalf("needs the docker CLI: %v (CI is set, so this fails instead of skipping)", err)
-		}
-		b.Skipf("needs the docker CLI: %v", err)
-	}
+	testenv.RequireTool(b, "docker")
 }
 
 // removeLabelled force-removes, when the benchmark ends, every container
