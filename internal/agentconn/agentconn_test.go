@@ -2,7 +2,6 @@ package agentconn
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -14,47 +13,28 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"github.com/hotcell/hotcell/internal/agentconn/agentconntest"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
-// fakeAgent is the agent's end of one connection: yamux server side, HTTP
-// on every stream, as cmd/hotcell-agent serves it.
-type fakeAgent struct {
-	sess *yamux.Session
-	done chan struct{}
-}
+// fakeAgent is the agent's end of one connection.
+type fakeAgent struct{ sess *yamux.Session }
 
 // newFakeAgent serves name on nc. healthy=false answers the health check
-// with a 500, as an agent that is not ready (or not an agent) would.
+// with a 503, as an agent that is not ready (or not an agent) would.
 func newFakeAgent(t *testing.T, nc net.Conn, name string, pid int, healthy bool) *fakeAgent {
 	t.Helper()
-	cfg := yamux.DefaultConfig()
-	cfg.LogOutput = io.Discard
-	sess, err := yamux.Server(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
-		if !healthy {
-			http.Error(w, `{"error":{"code":"unavailable","message":"not ready"}}`, http.StatusServiceUnavailable)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(wire.AgentHealth{Version: name, PID: pid})
-	})
 	mux.HandleFunc("GET /who", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) })
-	a := &fakeAgent{sess: sess, done: make(chan struct{})}
-	srv := &http.Server{Handler: mux}
-	go func() {
-		defer close(a.done)
-		_ = srv.Serve(sess)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		sess.Close()
-		<-a.done
-	})
-	return a
+	var h http.Handler = mux
+	if healthy {
+		h = agentconntest.Healthy(wire.AgentHealth{Version: name, PID: pid}, mux)
+	} else {
+		mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, `{"error":{"code":"unavailable","message":"not ready"}}`, http.StatusServiceUnavailable)
+		})
+	}
+	return &fakeAgent{sess: agentconntest.Serve(t, nc, h)}
 }
 
 // closed reports whether the daemon ended this agent's session.

@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
 	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/agentconn/agentconntest"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -69,28 +68,7 @@ func fakeAgent(t *testing.T, h http.Handler) *agentconn.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := yamux.DefaultConfig()
-	cfg.LogOutput = io.Discard
-	sess, err := yamux.Server(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(wire.AgentHealth{Version: "hostile", PID: 1})
-	})
-	mux.Handle("/", h)
-	srv := &http.Server{Handler: mux}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(sess)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		sess.Close()
-		<-served
-	})
+	agentconntest.Serve(t, nc, agentconntest.Healthy(wire.AgentHealth{Version: "hostile", PID: 1}, h))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := conn.WaitReady(ctx); err != nil {
