@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -13,7 +12,6 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -57,19 +55,22 @@ func (c *Client) CreateBackup(ctx context.Context, id string, opts BackupOptions
 		return out, err
 	}
 	r.query = url.Values{"progress": {"true"}}
-	body, _ := json.Marshal(req)
+	body, err := json.Marshal(req)
+	if err != nil {
+		return out, fmt.Errorf("%s: encode request: %w", op, err)
+	}
 	r.body, r.contentType = bytes.NewReader(body), "application/json"
-	resp, err := c.do(ctx, r)
+	// Progress lines come at least every 5 s, so the idle timer catches a
+	// daemon or connection gone silent.
+	s, err := c.openNDJSON(ctx, op, r)
 	if err != nil {
 		return out, err
 	}
-	defer drainClose(resp.Body)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
+	defer s.release()
+	for {
 		var ev BackupEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return out, fmt.Errorf("%s: decode progress: %w", op, err)
+		if err := s.next(&ev); err != nil {
+			return out, err
 		}
 		switch ev.Type {
 		case wire.BackupEventProgress:
@@ -79,15 +80,9 @@ func (c *Client) CreateBackup(ctx context.Context, id string, opts BackupOptions
 				return out, fmt.Errorf("%s: the final event has no backup", op)
 			}
 			return *ev.Backup, nil
-		case wire.BackupEventError:
-			status, _ := errdefs.HTTPStatus(errdefs.FromCode(ev.Code))
-			return out, fmt.Errorf("%s: %w", op, &errdefs.RemoteError{Status: status, Code: ev.Code, Message: ev.Error})
 		}
+		// Event types newer than this client.
 	}
-	if err := sc.Err(); err != nil {
-		return out, fmt.Errorf("%s: %w", op, err)
-	}
-	return out, fmt.Errorf("%s: the stream ended without a result", op)
 }
 
 // Backups lists a sandbox's backups, newest first.

@@ -505,10 +505,10 @@ func TestExecStreamFailures(t *testing.T) {
 		timeout time.Duration
 		check   func(error) bool
 	}{
-		{"error event", []string{`{"type":"stdout","data":"YQ=="}`, `{"type":"error","error":"agent went away"}`}, false, nil, 0,
+		{"failure line", []string{`{"type":"stdout","data":"YQ=="}`, `{"type":"stream.error","error":{"code":"unavailable","message":"agent went away"}}`}, false, nil, 0,
 			func(err error) bool {
-				var se *StreamError
-				return errors.As(err, &se) && se.Message == "agent went away"
+				var ae *APIError
+				return errors.As(err, &ae) && ae.Message == "agent went away" && ae.Status == http.StatusServiceUnavailable && errors.Is(err, ErrUnavailable)
 			}},
 		{"ends without exit", []string{`{"type":"stdout","data":"YQ=="}`}, false, nil, 0,
 			func(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) }},

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -20,7 +19,6 @@ const (
 	CreateEventProgress  = wire.CreateEventProgress
 	CreateEventKeepalive = wire.CreateEventKeepalive
 	CreateEventSandbox   = wire.CreateEventSandbox
-	CreateEventError     = wire.CreateEventError
 )
 
 // CreateSandboxProgress is CreateSandbox that reports what the daemon is
@@ -62,23 +60,7 @@ func (c *Client) CreateSandboxProgress(ctx context.Context, req CreateSandboxReq
 				return Sandbox{}, fmt.Errorf("%s: the final sandbox line has no sandbox", op)
 			}
 			return *ev.Sandbox, nil
-		case CreateEventError:
-			if ev.Error == nil {
-				return Sandbox{}, fmt.Errorf("%s: the final error line has no error", op)
-			}
-			return Sandbox{}, fmt.Errorf("%s: %w", op, streamAPIError(*ev.Error))
 		}
 		// Keepalives, and types a newer daemon may add, only reset the idle timer.
 	}
-}
-
-// streamAPIError is the *APIError for an error that came on a stream
-// after its 200: the status is the one its code maps to, as a plain
-// answer would have had.
-func streamAPIError(d errdefs.Detail) *APIError {
-	status := http.StatusInternalServerError
-	if class := errdefs.FromCode(d.Code); class != nil {
-		status, _ = errdefs.HTTPStatus(class)
-	}
-	return &APIError{Status: status, Code: d.Code, Message: d.Message}
 }

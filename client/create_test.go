@@ -58,10 +58,10 @@ func TestCreateSandboxProgress(t *testing.T) {
 			wantID:   "sb1",
 		},
 		{
-			name: "error event",
+			name: "failure line",
 			lines: []string{
 				`{"type":"progress","message":"pulling img"}`,
-				`{"type":"error","error":{"code":"not_found","message":"image img is not on this host; build it with make image"}}`,
+				`{"type":"stream.error","error":{"code":"not_found","message":"image img is not on this host; build it with make image"}}`,
 			},
 			wantMsgs: []string{"pulling img"},
 			wantErr:  ErrNotFound,
@@ -73,7 +73,7 @@ func TestCreateSandboxProgress(t *testing.T) {
 			lines:    []string{`{"type":"progress","message":"cloning x"}`},
 			wantMsgs: []string{"cloning x"},
 			wantErr:  io.ErrUnexpectedEOF,
-			wantText: "create sandbox: stream ended",
+			wantText: "create sandbox: the stream was cut off before its final event",
 		},
 		{
 			name:     "garbage line",

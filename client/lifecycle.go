@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -126,8 +125,9 @@ type EventStream struct {
 }
 
 // Next returns the next event. It returns io.EOF after the stream's end
-// line, and an error if the stream broke or went silent (no keepalive) for
-// longer than the client's stream idle timeout.
+// line, an *APIError if the daemon ended the stream with a failure, and an
+// error if the stream broke or went silent (no keepalive) for longer than
+// the client's stream idle timeout.
 func (e *EventStream) Next() (SandboxEvent, error) {
 	if e.done {
 		return SandboxEvent{}, io.EOF
@@ -144,9 +144,9 @@ func (e *EventStream) Next() (SandboxEvent, error) {
 			e.done = true
 			e.s.release()
 			return SandboxEvent{}, io.EOF
-		case wire.EventError:
-			return ev, e.s.fail(fmt.Errorf("%s: %s", e.s.op, ev.Message))
 		}
+		// A sandbox event of type "error" (a sandbox failed) is an event
+		// like any other; only a stream.error line ends the stream.
 		return ev, nil
 	}
 }

@@ -8,13 +8,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 	"time"
+
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // ndjsonStream reads one JSON object per line from a long response, with
 // an idle timer that aborts a connection silent for too long (keepalives
-// reset it).
+// reset it). Every NDJSON stream of the SDK reads through it.
 type ndjsonStream struct {
 	op     string
 	body   io.ReadCloser
@@ -45,11 +49,12 @@ func (c *Client) openNDJSON(ctx context.Context, op string, r request) (*ndjsonS
 	if err != nil {
 		s.stopTimer()
 		cancel()
-		return nil, s.explain(err)
+		return nil, s.explain(err, false)
 	}
 	s.body = resp.Body
 	s.sc = bufio.NewScanner(resp.Body)
-	s.sc.Buffer(make([]byte, 0, 16<<10), maxStreamLine)
+	s.sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
+	s.sc.Split(completeLines)
 	return s, nil
 }
 
@@ -59,23 +64,38 @@ func (s *ndjsonStream) stopTimer() {
 	}
 }
 
-func (s *ndjsonStream) explain(err error) error {
+// explain turns the error of an open (cut false) or of a read that found
+// no final line (cut true) into a clear one: Close's or the idle timer's
+// cancellation, ctx's end, or a stream cut off, which wraps errCut.
+func (s *ndjsonStream) explain(err error, cut bool) error {
 	s.mu.Lock()
 	idle, closed := s.idleHit, s.closed
 	s.mu.Unlock()
 	switch {
 	case closed:
 		return fmt.Errorf("%s: stream closed", s.op)
+	case idle && cut:
+		return fmt.Errorf("%s: %w: no data or keepalive from the daemon for %s: %w", s.op, errCut, s.idleD, ErrDeadlineExceeded)
 	case idle:
 		return fmt.Errorf("%s: no data or keepalive from the daemon for %s: %w", s.op, s.idleD, ErrDeadlineExceeded)
 	}
 	if ctxErr := s.ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("%s: %w (%v)", s.op, ctxErr, err)
 	}
+	if cut {
+		return fmt.Errorf("%s: %w: %w", s.op, errCut, err)
+	}
 	return err
 }
 
-// next decodes the next non-empty line into v.
+// errCut marks a stream that ended without its final line: the
+// connection broke or went silent. A reader that can resume (process
+// logs) tries again; the others report it.
+var errCut = errors.New("the stream was cut off before its final event")
+
+// next decodes the next non-empty line into v. A stream.error line, the
+// one failure shape of every stream, ends the stream with an *APIError
+// carrying its code and message, as the plain call would have.
 func (s *ndjsonStream) next(v any) error {
 	s.mu.Lock()
 	err := s.err
@@ -91,6 +111,13 @@ func (s *ndjsonStream) next(v any) error {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
+		// The cheap test first: output lines can be large.
+		if bytes.Contains(line, []byte(wire.EventStreamError)) {
+			var se wire.StreamError
+			if json.Unmarshal(line, &se) == nil && se.Type == wire.EventStreamError {
+				return s.fail(fmt.Errorf("%s: %w", s.op, streamAPIError(se.Error)))
+			}
+		}
 		if err := json.Unmarshal(line, v); err != nil {
 			return s.fail(fmt.Errorf("%s: decode stream event: %w", s.op, err))
 		}
@@ -100,7 +127,30 @@ func (s *ndjsonStream) next(v any) error {
 	if err == nil {
 		err = io.ErrUnexpectedEOF
 	}
-	return s.fail(s.explain(fmt.Errorf("%s: stream ended: %w", s.op, err)))
+	return s.fail(s.explain(err, true))
+}
+
+// streamAPIError is the *APIError for a failure that came on a stream
+// after its 200: the status is the one its code maps to, as a plain answer
+// would have had.
+func streamAPIError(d errdefs.Detail) *APIError {
+	status := http.StatusInternalServerError
+	if class := errdefs.FromCode(d.Code); class != nil {
+		status, _ = errdefs.HTTPStatus(class)
+	}
+	return &APIError{Status: status, Code: d.Code, Message: d.Message}
+}
+
+// completeLines splits at newlines and refuses a last line without one:
+// that is an event cut off by a dropped connection, not an event.
+func completeLines(data []byte, atEOF bool) (int, []byte, error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF && len(data) > 0 {
+		return 0, nil, io.ErrUnexpectedEOF
+	}
+	return 0, nil, nil
 }
 
 // fail ends the stream with err (the first error sticks) and returns it.

@@ -1,17 +1,13 @@
 package client
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/wire"
@@ -136,16 +132,13 @@ type LogOptions struct {
 // or repeated. It ends with io.EOF after the process's exit (Follow) or the
 // output there was. Not safe for concurrent use; Close it when done.
 type ProcessLog struct {
-	c      *Client
-	ctx    context.Context
-	op     string
-	path   string
-	opts   LogOptions
-	tries  int
-	body   io.ReadCloser
-	sc     *bufio.Scanner
-	cancel context.CancelFunc
-	idle   *time.Timer
+	c     *Client
+	ctx   context.Context
+	op    string
+	path  string
+	opts  LogOptions
+	tries int
+	s     *ndjsonStream // the current connection
 
 	offsets map[string]int64
 	dropped int64
@@ -153,9 +146,6 @@ type ProcessLog struct {
 	done    bool
 	err     error
 	pending []byte // the rest of an event's data not yet returned by Read
-
-	mu      sync.Mutex
-	idleHit bool
 }
 
 // ProcessLogs opens a process's output from the offsets in opts. Errors
@@ -199,58 +189,20 @@ func (l *ProcessLog) connect() error {
 		q.Set("stdoutOffset", strconv.FormatInt(l.offsets[EventStdout], 10))
 		q.Set("stderrOffset", strconv.FormatInt(l.offsets[EventStderr], 10))
 	}
-	ctx, cancel := context.WithCancel(l.ctx)
-	l.mu.Lock()
-	l.idleHit = false
-	l.mu.Unlock()
-	if d := l.c.streamIdle; d > 0 {
-		// Silence this long, keepalives included, means a dead connection:
-		// cut it, and the reader resumes on a new one.
-		l.idle = time.AfterFunc(d, func() {
-			l.mu.Lock()
-			l.idleHit = true
-			l.mu.Unlock()
-			cancel()
-		})
-	}
-	resp, err := l.c.do(ctx, request{op: l.op, method: http.MethodGet, path: l.path, query: q})
+	// Silence longer than the idle timeout, keepalives included, means a
+	// dead connection: the stream cuts it, and the reader resumes on a new one.
+	s, err := l.c.openNDJSON(l.ctx, l.op, request{op: l.op, method: http.MethodGet, path: l.path, query: q})
 	if err != nil {
-		l.stopConn(cancel)
 		return err
 	}
-	l.cancel = cancel
-	l.body = resp.Body
-	l.sc = bufio.NewScanner(resp.Body)
-	l.sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
-	l.sc.Split(completeLines)
+	l.s = s
 	return nil
 }
 
-// completeLines splits at newlines and refuses a last line without one:
-// that is an event cut off by a dropped connection, not an event.
-func completeLines(data []byte, atEOF bool) (int, []byte, error) {
-	if i := bytes.IndexByte(data, '\n'); i >= 0 {
-		return i + 1, data[:i], nil
-	}
-	if atEOF && len(data) > 0 {
-		return 0, nil, io.ErrUnexpectedEOF
-	}
-	return 0, nil, nil
-}
-
-func (l *ProcessLog) stopConn(cancel context.CancelFunc) {
-	if l.idle != nil {
-		l.idle.Stop()
-		l.idle = nil
-	}
-	cancel()
-}
-
 func (l *ProcessLog) closeConn() {
-	if l.body != nil {
-		l.stopConn(l.cancel)
-		_ = l.body.Close()
-		l.body = nil
+	if l.s != nil {
+		l.s.release()
+		l.s = nil
 	}
 }
 
@@ -268,7 +220,7 @@ func (l *ProcessLog) Next() (LogEvent, error) {
 		if err == nil {
 			return ev, nil
 		}
-		if errors.Is(err, errDropped) {
+		if errors.Is(err, errCut) && l.ctx.Err() == nil {
 			if rerr := l.reconnect(err); rerr != nil {
 				return LogEvent{}, l.finish(rerr)
 			}
@@ -278,22 +230,13 @@ func (l *ProcessLog) Next() (LogEvent, error) {
 	}
 }
 
-var errDropped = errors.New("log stream dropped")
-
-// next reads one event from the current connection. errDropped (wrapped)
-// means the connection ended early and may be resumed.
+// next reads one event from the current connection. An error that wraps
+// errCut means the connection ended early and may be resumed.
 func (l *ProcessLog) next() (LogEvent, error) {
-	for l.sc.Scan() {
-		if l.idle != nil {
-			l.idle.Reset(l.c.streamIdle)
-		}
-		line := l.sc.Bytes()
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
+	for {
 		var ev LogEvent
-		if err := json.Unmarshal(line, &ev); err != nil {
-			return LogEvent{}, fmt.Errorf("%s: decode log event: %w", l.op, err)
+		if err := l.s.next(&ev); err != nil {
+			return LogEvent{}, err
 		}
 		switch ev.Type {
 		case EventStdout, EventStderr:
@@ -317,20 +260,9 @@ func (l *ProcessLog) next() (LogEvent, error) {
 		case EventEnd:
 			_ = l.finish(nil)
 			return LogEvent{}, io.EOF
-		case EventError:
-			return LogEvent{}, fmt.Errorf("%s: %w", l.op, &StreamError{Message: ev.Error})
-		default:
-			continue // keepalives, and event types newer than this client
 		}
+		// Keepalives, and event types newer than this client.
 	}
-	err := l.sc.Err()
-	if err == nil {
-		err = io.ErrUnexpectedEOF
-	}
-	if l.ctx.Err() != nil {
-		return LogEvent{}, fmt.Errorf("%s: %w", l.op, l.ctx.Err())
-	}
-	return LogEvent{}, fmt.Errorf("%s: %w: %w", l.op, errDropped, err)
 }
 
 // reconnect resumes after a dropped connection from the offsets reached.

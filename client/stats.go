@@ -62,7 +62,7 @@ func (c *Client) StatsStream(ctx context.Context, id string, interval time.Durat
 }
 
 // Next returns the next sample. When the sandbox can no longer be sampled
-// (it stopped) the stream ends with an error saying so.
+// (it stopped) the stream ends with an *APIError saying so (ErrConflict).
 func (st *StatsStream) Next() (SandboxStats, error) {
 	for {
 		var ev StatsEvent
@@ -75,8 +75,6 @@ func (st *StatsStream) Next() (SandboxStats, error) {
 				return SandboxStats{}, st.s.fail(fmt.Errorf("%s: sample event without stats", st.s.op))
 			}
 			return *ev.Stats, nil
-		case wire.StatsError:
-			return SandboxStats{}, st.s.fail(fmt.Errorf("%s: %s", st.s.op, ev.Error))
 		}
 		// keepalive, or an event type newer than this client
 	}

@@ -43,8 +43,14 @@ const (
 	EventStderr    = wire.EventStderr
 	EventKeepalive = wire.EventKeepalive
 	EventExit      = wire.EventExit
-	EventError     = wire.EventError
 )
+
+// EventStreamError is the type of the line that ends any stream that
+// failed (StreamError); the SDK's stream readers return it as an *APIError.
+const EventStreamError = wire.EventStreamError
+
+// StreamError is the failure line of every NDJSON stream.
+type StreamError = wire.StreamError
 
 // File types (FileInfo.Type).
 const (

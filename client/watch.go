@@ -24,7 +24,6 @@ const (
 	WatchRenamed    = wire.WatchRenamed
 	WatchOverflow   = wire.WatchOverflow
 	WatchKeepalive  = wire.WatchKeepalive
-	WatchErrorEvent = wire.WatchError
 )
 
 // WatchOptions say what to watch. The zero value watches /workspace and
@@ -91,17 +90,9 @@ func (c *Client) Watch(ctx context.Context, id string, opts WatchOptions) (*Watc
 	return &WatchStream{s: s, Root: ev.Path}, nil
 }
 
-// WatchError is the error event that ended a watch stream (its root was
-// removed or moved away). Its type is WatchErrorEvent.
-type WatchError struct {
-	Path    string
-	Message string
-}
-
-func (e *WatchError) Error() string { return "watch " + e.Path + ": " + e.Message }
-
 // Next returns the next change or overflow event; keepalives are skipped.
-// An error event ends the stream with a *WatchError.
+// A watch that cannot go on (its root was removed or moved away) ends with
+// an *APIError that wraps ErrNotFound.
 func (w *WatchStream) Next() (WatchEvent, error) {
 	for {
 		var ev WatchEvent
@@ -111,8 +102,6 @@ func (w *WatchStream) Next() (WatchEvent, error) {
 		switch ev.Type {
 		case WatchKeepalive, WatchReady:
 			continue
-		case WatchErrorEvent:
-			return WatchEvent{}, w.s.fail(&WatchError{Path: ev.Path, Message: ev.Error})
 		}
 		return ev, nil
 	}

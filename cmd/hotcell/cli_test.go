@@ -255,8 +255,8 @@ func TestExec(t *testing.T) {
 		{
 			name:     "stream error",
 			args:     []string{"exec", "sb1", "--", "x"},
-			lines:    []string{`{"type":"error","error":"agent lost"}`},
-			wantCode: 1, wantStderr: "hotcell: exec stream: agent lost\n",
+			lines:    []string{`{"type":"stream.error","error":{"code":"unavailable","message":"agent lost"}}`},
+			wantCode: 1, wantStderr: "hotcell: exec in sandbox sb1: agent lost\n",
 			wantBody: `{"argv":["x"]}`,
 		},
 		{

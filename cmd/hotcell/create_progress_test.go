@@ -55,7 +55,7 @@ func TestCreateProgress(t *testing.T) {
 func TestCreateProgressError(t *testing.T) {
 	url, _ := progressDaemon(t,
 		`{"type":"progress","message":"pulling nope"}`,
-		`{"type":"error","error":{"code":"not_found","message":"image nope is not on this host; build it with make image"}}`)
+		`{"type":"stream.error","error":{"code":"not_found","message":"image nope is not on this host; build it with make image"}}`)
 	res := runCLI(t, envFor(url), "create", "--progress", "--image", "nope")
 	if res.code == 0 || res.stdout != "" {
 		t.Fatalf("got %+v, want a failure and nothing on stdout", res)

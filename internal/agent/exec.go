@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/ndjson"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -284,10 +284,9 @@ type chunk struct {
 
 // run drives p until it has exited and its pipes are drained. emit gets every
 // output chunk in order, on the calling goroutine; the chunk's bytes are only
-// valid during the call. keepalive, if > 0, calls emit with an empty
-// EventKeepalive chunk that often. When emit fails or ctx ends, the process
-// group is killed; run still waits for the exit so nothing is left behind.
-func (p *process) run(ctx context.Context, timeout, keepalive time.Duration, emit func(typ string, data []byte) error) outcome {
+// valid during the call. When emit fails or ctx ends, the process group is
+// killed; run still waits for the exit so nothing is left behind.
+func (p *process) run(ctx context.Context, timeout time.Duration, emit func(typ string, data []byte) error) outcome {
 	chunks := make(chan chunk)
 	readersDone := make(chan struct{}, 2)
 	go readPipe(wire.EventStdout, p.stdout, chunks, readersDone)
@@ -296,12 +295,6 @@ func (p *process) run(ctx context.Context, timeout, keepalive time.Duration, emi
 	var o outcome
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var tick <-chan time.Time
-	if keepalive > 0 {
-		t := time.NewTicker(keepalive)
-		defer t.Stop()
-		tick = t.C
-	}
 	killed := false
 	kill := func() {
 		if !killed {
@@ -338,12 +331,6 @@ func (p *process) run(ctx context.Context, timeout, keepalive time.Duration, emi
 		case <-timer.C:
 			o.timedOut = true
 			kill()
-		case <-tick:
-			if emitErr == nil {
-				if emitErr = emit(wire.EventKeepalive, nil); emitErr != nil {
-					kill()
-				}
-			}
 		case <-ctxDone:
 			ctxDone = nil
 			if emitErr == nil {
@@ -421,7 +408,7 @@ func (h *handler) exec(w http.ResponseWriter, r *http.Request) error {
 	p.feedStdin(spec.stdin)
 	stdout := &cappedBuffer{max: spec.maxOut}
 	stderr := &cappedBuffer{max: spec.maxOut}
-	o := p.run(r.Context(), spec.timeout, 0, func(typ string, data []byte) error {
+	o := p.run(r.Context(), spec.timeout, func(typ string, data []byte) error {
 		if typ == wire.EventStdout {
 			stdout.write(data)
 		} else {
@@ -457,37 +444,31 @@ func (p *process) feedStdin(data string) {
 }
 
 func (h *handler) execStream(w http.ResponseWriter, r *http.Request, spec execSpec, p *process, failure *startFailure) error {
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
-	send := func(ev wire.ExecEvent) error {
-		// A deadline per event bounds a stalled reader without limiting a
-		// slow but live one; backpressure still reaches the child.
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteDeadline))
-		if err := enc.Encode(ev); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
+	// A deadline per line bounds a stalled reader without limiting a slow
+	// but live one; backpressure still reaches the child.
+	s := ndjson.Start(w, r, ndjson.Options{
+		WriteTimeout:   streamWriteDeadline,
+		Keepalive:      h.opts.Keepalive,
+		KeepaliveEvent: func() any { return wire.ExecEvent{Type: wire.EventKeepalive} },
+		RequestID:      r.Header.Get("X-Request-Id"),
+	})
+	defer s.Close()
 	if failure != nil {
-		if send(wire.ExecEvent{Type: wire.EventStderr, Data: []byte(failure.msg)}) == nil {
-			_ = send(wire.ExecEvent{Type: wire.EventExit, ExitCode: failure.code})
+		if s.Send(wire.ExecEvent{Type: wire.EventStderr, Data: []byte(failure.msg)}) == nil {
+			_ = s.End(wire.ExecEvent{Type: wire.EventExit, ExitCode: failure.code})
 		}
 		return nil
 	}
 	p.feedStdin(spec.stdin)
-	// Unblock a write stuck on a client that went away.
-	stopAfter := context.AfterFunc(r.Context(), func() { _ = rc.SetWriteDeadline(time.Now()) })
-	defer stopAfter()
-	o := p.run(r.Context(), spec.timeout, h.opts.Keepalive, func(typ string, data []byte) error {
-		return send(wire.ExecEvent{Type: typ, Data: data})
+	// The stream's context ends when the client leaves or a write fails:
+	// either way the command is killed.
+	o := p.run(s.Context(), spec.timeout, func(typ string, data []byte) error {
+		return s.Send(wire.ExecEvent{Type: typ, Data: data})
 	})
-	if r.Context().Err() != nil {
+	if s.Context().Err() != nil {
 		return nil
 	}
-	_ = send(wire.ExecEvent{
+	_ = s.End(wire.ExecEvent{
 		Type:       wire.EventExit,
 		ExitCode:   o.status.Code,
 		Signal:     o.status.SignalName(),

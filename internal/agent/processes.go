@@ -1,14 +1,13 @@
 package agent
 
 import (
-	"context"
-	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"syscall"
-	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/ndjson"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -171,21 +170,13 @@ func (s *procService) logs(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
-	send := func(ev wire.LogEvent) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteDeadline))
-		return enc.Encode(ev)
-	}
-	// Unblock a write stuck on a client that went away.
-	stopAfter := context.AfterFunc(r.Context(), func() { _ = rc.SetWriteDeadline(time.Now()) })
-	defer stopAfter()
-
-	keepalive := time.NewTicker(s.h.opts.Keepalive)
-	defer keepalive.Stop()
+	out := ndjson.Start(w, r, ndjson.Options{
+		WriteTimeout:   streamWriteDeadline,
+		Keepalive:      s.h.opts.Keepalive,
+		KeepaliveEvent: func() any { return wire.LogEvent{Type: wire.EventKeepalive} },
+		RequestID:      r.Header.Get("X-Request-Id"),
+	})
+	defer out.Close()
 	bp := getBuf()
 	defer putBuf(bp)
 	for {
@@ -194,44 +185,39 @@ func (s *procService) logs(w http.ResponseWriter, r *http.Request) error {
 		// process finished is then surely sent before its exit event.
 		st := p.state()
 		for _, name := range lq.streams {
-			if err := s.sendStream(p, name, lq.offsets, *bp, send); err != nil {
-				return nil // the client is gone, or the write failed: nothing to tell
+			if err := s.sendStream(p, name, lq.offsets, *bp, out); err != nil {
+				return nil // the client is gone, or the stream told it why it ends
 			}
 		}
-		if err := rc.Flush(); err != nil {
+		if final, done, failure := finalEvent(p, st, lq.follow, lq.offsets); failure != nil {
+			_ = out.Fail(failure)
 			return nil
-		}
-		final, done := finalEvent(p, st, lq.follow, lq.offsets)
-		if done {
-			_ = send(final)
-			_ = rc.Flush()
+		} else if done {
+			_ = out.End(final)
 			return nil
 		}
 		select {
 		case <-changed:
-		case <-keepalive.C:
-			if send(wire.LogEvent{Type: wire.EventKeepalive}) != nil || rc.Flush() != nil {
-				return nil
-			}
-		case <-r.Context().Done():
+		case <-out.Context().Done():
 			return nil
 		}
 	}
 }
 
 // sendStream sends what stream name has from offsets[name] on, advancing it.
-func (s *procService) sendStream(p *bgProc, name string, offsets map[string]int64, buf []byte, send func(wire.LogEvent) error) error {
+func (s *procService) sendStream(p *bgProc, name string, offsets map[string]int64, buf []byte, out *ndjson.Writer) error {
 	l := p.stream(name)
 	for {
 		off := offsets[name]
 		n, at, err := l.readAt(off, buf)
 		if err != nil {
 			s.table.log.Warn("read process log", "id", p.id, "stream", name, "err", err)
-			_ = send(wire.LogEvent{Type: wire.EventError, Stream: name, Error: err.Error()})
+			err = fmt.Errorf("read the %s log of process %s: %w", name, p.id, err)
+			_ = out.Fail(err)
 			return err
 		}
 		if at > off {
-			if err := send(wire.LogEvent{Type: wire.EventGap, Stream: name, Offset: at, Dropped: at - off}); err != nil {
+			if err := out.Send(wire.LogEvent{Type: wire.EventGap, Stream: name, Offset: at, Dropped: at - off}); err != nil {
 				return err
 			}
 			offsets[name] = at
@@ -239,16 +225,17 @@ func (s *procService) sendStream(p *bgProc, name string, offsets map[string]int6
 		if n == 0 {
 			return nil
 		}
-		if err := send(wire.LogEvent{Type: name, Offset: at, Data: buf[:n]}); err != nil {
+		if err := out.Send(wire.LogEvent{Type: name, Offset: at, Data: buf[:n]}); err != nil {
 			return err
 		}
 		offsets[name] = at + int64(n)
 	}
 }
 
-// finalEvent says whether the stream ends now, and with what. Its sizes
-// are where the sent streams stopped (a child left behind may write more).
-func finalEvent(p *bgProc, st procState, follow bool, offsets map[string]int64) (wire.LogEvent, bool) {
+// finalEvent says whether the stream ends now, and with what: an event, or
+// a failure. Its sizes are where the sent streams stopped (a child left
+// behind may write more).
+func finalEvent(p *bgProc, st procState, follow bool, offsets map[string]int64) (wire.LogEvent, bool, error) {
 	_, out, _, _ := p.stdout.bounds()
 	_, errb, _, _ := p.stderr.bounds()
 	if off, ok := offsets[wire.EventStdout]; ok {
@@ -259,16 +246,16 @@ func finalEvent(p *bgProc, st procState, follow bool, offsets map[string]int64) 
 	}
 	switch {
 	case st.removed:
-		return wire.LogEvent{Type: wire.EventError, Error: "process " + p.id + " was removed"}, true
+		return wire.LogEvent{}, true, fmt.Errorf("process %s was removed: %w", p.id, errdefs.ErrNotFound)
 	case st.finished:
-		ev := wire.LogEvent{Type: wire.EventExit, StdoutBytes: out, StderrBytes: errb, Error: st.lostErr}
+		ev := wire.LogEvent{Type: wire.EventExit, StdoutBytes: out, StderrBytes: errb, Message: st.lostErr}
 		if st.status != nil {
 			ev.ExitCode = st.status.Code
 			ev.Signal = st.status.SignalName()
 		}
-		return ev, true
+		return ev, true, nil
 	case !follow:
-		return wire.LogEvent{Type: wire.EventEnd, StdoutBytes: out, StderrBytes: errb}, true
+		return wire.LogEvent{Type: wire.EventEnd, StdoutBytes: out, StderrBytes: errb}, true, nil
 	}
-	return wire.LogEvent{}, false
+	return wire.LogEvent{}, false, nil
 }

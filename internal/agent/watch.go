@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"path"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/ndjson"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -27,6 +28,9 @@ const (
 	// maxDebouncePending bounds the paths held back by a debounce window;
 	// past it they are sent at once rather than held in memory.
 	maxDebouncePending = 10000
+	// watchFailed marks the watcher's last event, when the watch cannot go
+	// on; the stream turns it into its failure line.
+	watchFailed = "failed"
 )
 
 type watchService struct {
@@ -166,23 +170,16 @@ func (s *watchService) watch(w http.ResponseWriter, r *http.Request) error {
 	defer iw.Close()
 	go iw.run()
 
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
-	send := func(ev wire.WatchEvent) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteDeadline))
-		if err := enc.Encode(ev); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	if err := send(wire.WatchEvent{Type: wire.WatchReady, Path: spec.root, Time: time.Now().UTC()}); err != nil {
+	out := ndjson.Start(w, r, ndjson.Options{
+		WriteTimeout:   streamWriteDeadline,
+		Keepalive:      s.h.opts.Keepalive,
+		KeepaliveEvent: func() any { return wire.WatchEvent{Type: wire.WatchKeepalive, Time: time.Now().UTC()} },
+		RequestID:      r.Header.Get("X-Request-Id"),
+	})
+	defer out.Close()
+	if err := out.Send(wire.WatchEvent{Type: wire.WatchReady, Path: spec.root, Time: time.Now().UTC()}); err != nil {
 		return nil
 	}
-	keepalive := time.NewTicker(s.h.opts.Keepalive)
-	defer keepalive.Stop()
 	deb := newDebouncer(spec.debounce)
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
@@ -192,30 +189,36 @@ func (s *watchService) watch(w http.ResponseWriter, r *http.Request) error {
 			flush.Reset(time.Until(at))
 		}
 	}
+	send := func(evs []wire.WatchEvent) error {
+		for _, e := range evs {
+			if e.Type == watchFailed {
+				if err := out.Fail(fmt.Errorf("watch %s: %s: %w", e.Path, e.Message, errdefs.ErrNotFound)); err != nil {
+					return err
+				}
+				return ndjson.ErrEnded
+			}
+			if err := out.Send(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for {
 		select {
 		case ev, ok := <-iw.out:
 			if !ok {
 				return nil // the watcher ended after its final event
 			}
-			for _, e := range deb.add(ev, time.Now()) {
-				if send(e) != nil {
-					return nil
-				}
+			if send(deb.add(ev, time.Now())) != nil {
+				return nil
 			}
 			armFlush()
 		case <-flush.C:
-			for _, e := range deb.due(time.Now()) {
-				if send(e) != nil {
-					return nil
-				}
-			}
-			armFlush()
-		case <-keepalive.C:
-			if send(wire.WatchEvent{Type: wire.WatchKeepalive, Time: time.Now().UTC()}) != nil {
+			if send(deb.due(time.Now())) != nil {
 				return nil
 			}
-		case <-r.Context().Done():
+			armFlush()
+		case <-out.Context().Done():
 			return nil
 		}
 	}

@@ -311,14 +311,14 @@ func (w *inotifyWatcher) run() {
 			w.parse(buf[:n])
 		}
 		if w.lost {
-			ev := wire.WatchEvent{Type: wire.WatchOverflow, Time: w.now.UTC(), Error: w.lostErr}
+			ev := wire.WatchEvent{Type: wire.WatchOverflow, Time: w.now.UTC(), Message: w.lostErr}
 			if !w.send(ev) {
 				return
 			}
 			w.lost, w.lostErr = false, ""
 		}
 		if w.fatal != "" {
-			w.send(wire.WatchEvent{Type: wire.WatchError, Path: w.spec.root, Time: w.now.UTC(), Error: w.fatal})
+			w.send(wire.WatchEvent{Type: watchFailed, Path: w.spec.root, Time: w.now.UTC(), Message: w.fatal})
 			return
 		}
 	}

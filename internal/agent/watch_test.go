@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -45,12 +46,19 @@ func startWatch(t *testing.T, a *testAgent, q url.Values) *watchStream {
 		defer resp.Body.Close()
 		sc := newScanner(resp.Body)
 		for sc.Scan() {
-			var ev wire.WatchEvent
+			// A failure line's detail is kept as "code: message".
+			var ev struct {
+				wire.WatchEvent
+				Error *errdefs.Detail `json:"error"`
+			}
 			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 				t.Errorf("event %q: %v", sc.Bytes(), err)
 				return
 			}
-			s.events <- ev
+			if ev.Error != nil {
+				ev.Message = ev.Error.Code + ": " + ev.Error.Message
+			}
+			s.events <- ev.WatchEvent
 		}
 	}()
 	t.Cleanup(cancel)
@@ -275,8 +283,8 @@ func TestWatchRootRemoved(t *testing.T) {
 	w := startWatch(t, a, url.Values{"path": {root}})
 	must(t, os.Remove(root))
 	evs := w.collect(2 * time.Second)
-	if len(evs) == 0 || evs[len(evs)-1].Type != wire.WatchError || !strings.Contains(evs[len(evs)-1].Error, "removed") {
-		t.Fatalf("events %+v, want an error event last", evs)
+	if len(evs) == 0 || evs[len(evs)-1].Type != wire.EventStreamError || !strings.Contains(evs[len(evs)-1].Message, "not_found: watch "+root+": the watched path "+root+" was removed") {
+		t.Fatalf("events %+v, want a stream.error line last", evs)
 	}
 	if _, open := <-w.events; open {
 		t.Errorf("stream went on after its error event")

@@ -3,10 +3,12 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/fspath"
@@ -236,30 +238,33 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id, method, age
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(resp.StatusCode)
-	return copyResponse(w, resp.Body, flush)
+	return s.copyResponse(w, resp.Body, flush)
 }
 
 // copyResponse streams src to w; with flush each chunk is sent as it comes.
-func copyResponse(w http.ResponseWriter, src io.Reader, flush bool) error {
-	if !flush {
-		_, err := io.Copy(w, src)
-		return err
-	}
+// Every write has the stream write deadline, so a client that stops
+// reading ends the copy, and with it the agent's side. An error after the
+// headers (the agent died half-way, the client stalled) goes back to the
+// adapter, which breaks the response rather than end it cleanly.
+func (s *Server) copyResponse(w http.ResponseWriter, src io.Reader, flush bool) error {
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return werr
+				return fmt.Errorf("write the answer to the client: %w", werr)
 			}
-			_ = rc.Flush()
+			if flush {
+				_ = rc.Flush()
+			}
 		}
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("read the answer from the agent: %w", err)
 		}
 	}
 }

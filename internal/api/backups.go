@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
@@ -42,6 +42,10 @@ const SHA256Header = "X-Hotcell-Sha256"
 
 // maxKeep bounds the keep parameter.
 const maxKeep = 1000
+
+// backupKeepalive is how often a backup stream repeats its progress while
+// nothing moves.
+const backupKeepalive = 5 * time.Second
 
 func (s *Server) backupRoutes() {
 	s.handle("POST /v1/sandboxes/{id}/backups", s.createBackup)
@@ -126,63 +130,31 @@ func (s *Server) createBackup(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusCreated, b)
 		return nil
 	}
-	return s.backupStream(w, r, func(p backup.Progress) (wire.Backup, error) {
-		return bk.Create(r.Context(), id, req, p)
+	return s.backupStream(w, r, func(ctx context.Context, p backup.Progress) (wire.Backup, error) {
+		return bk.Create(ctx, id, req, p)
 	})
 }
 
 // backupStream answers with NDJSON: progress events while the backup runs
 // (repeated as keepalives when nothing moves), then the backup or the
-// error as the last line.
-func (s *Server) backupStream(w http.ResponseWriter, r *http.Request, run func(backup.Progress) (wire.Backup, error)) error {
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusCreated)
-	rc := http.NewResponseController(w)
-	var (
-		mu    sync.Mutex
-		bytes int64
-		enc   = json.NewEncoder(w)
-	)
-	send := func(ev wire.BackupEvent) {
-		mu.Lock()
-		defer mu.Unlock()
-		_ = enc.Encode(ev)
-		_ = rc.Flush()
-	}
-	send(wire.BackupEvent{Type: wire.BackupEventProgress})
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(5 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				mu.Lock()
-				n := bytes
-				mu.Unlock()
-				send(wire.BackupEvent{Type: wire.BackupEventProgress, Bytes: n})
-			}
-		}
-	}()
-	b, err := run(func(n int64) {
-		mu.Lock()
-		bytes = n
-		mu.Unlock()
-		send(wire.BackupEvent{Type: wire.BackupEventProgress, Bytes: n})
+// stream.error line as the last line. A client that leaves or stops
+// reading cancels the backup.
+func (s *Server) backupStream(w http.ResponseWriter, r *http.Request, run func(context.Context, backup.Progress) (wire.Backup, error)) error {
+	var bytes atomic.Int64
+	st := s.startStream(w, r, http.StatusCreated, backupKeepalive, func() any {
+		return wire.BackupEvent{Type: wire.BackupEventProgress, Bytes: bytes.Load()}
 	})
-	close(done)
-	<-stopped
+	defer st.Close()
+	_ = st.Send(wire.BackupEvent{Type: wire.BackupEventProgress})
+	b, err := run(st.Context(), func(n int64) {
+		bytes.Store(n)
+		_ = st.Send(wire.BackupEvent{Type: wire.BackupEventProgress, Bytes: n})
+	})
 	if err != nil {
-		_, code := errdefs.HTTPStatus(err)
-		s.log.Info("backup failed", "path", r.URL.Path, "err", err)
-		send(wire.BackupEvent{Type: wire.BackupEventError, Error: err.Error(), Code: code})
-		return nil
+		_ = st.Fail(err)
+		return reported(err)
 	}
-	send(wire.BackupEvent{Type: wire.BackupEventBackup, Backup: &b})
+	_ = st.End(wire.BackupEvent{Type: wire.BackupEventBackup, Backup: &b})
 	return nil
 }
 

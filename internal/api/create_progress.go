@@ -1,12 +1,8 @@
 package api
 
 import (
-	"encoding/json"
-	"errors"
 	"net/http"
-	"time"
 
-	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -27,8 +23,8 @@ type createResult struct {
 
 // createStream runs a validated create and streams it as NDJSON: progress
 // lines as the manager reports them, keepalives while it is quiet, then
-// exactly one sandbox or error line. Once the 200 is out the error can
-// only travel on the stream, so its code is the one the plain create
+// exactly one sandbox or stream.error line. Once the 200 is out the error
+// can only travel on the stream, so its code is the one the plain create
 // would have answered with.
 func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.CreateSandboxRequest, co sandbox.CreateOptions) error {
 	msgs := make(chan string, createProgressBuffer)
@@ -47,33 +43,15 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.C
 		done <- createResult{sb, err}
 	}()
 
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
-	send := func(ev wire.CreateEvent) error {
-		if err := enc.Encode(ev); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	if err := rc.Flush(); err != nil {
-		return err
-	}
-	keepalive := time.NewTicker(createKeepalive)
-	defer keepalive.Stop()
+	st := s.startStream(w, r, http.StatusOK, createKeepalive, func() any { return wire.CreateEvent{Type: wire.CreateEventKeepalive} })
+	defer st.Close()
 	for {
 		select {
 		case msg := <-msgs:
-			if err := send(wire.CreateEvent{Type: wire.CreateEventProgress, Message: msg}); err != nil {
-				return err
+			if st.Send(wire.CreateEvent{Type: wire.CreateEventProgress, Message: msg}) != nil {
+				return nil // the create goes on; nobody is left to tell
 			}
-		case <-keepalive.C:
-			if err := send(wire.CreateEvent{Type: wire.CreateEventKeepalive}); err != nil {
-				return err
-			}
-		case <-r.Context().Done():
+		case <-st.Context().Done():
 			return nil // the create goes on; nobody is left to tell
 		case res := <-done:
 			// Progress is reported synchronously, so every line of this
@@ -81,37 +59,19 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.C
 			for drained := false; !drained; {
 				select {
 				case msg := <-msgs:
-					if err := send(wire.CreateEvent{Type: wire.CreateEventProgress, Message: msg}); err != nil {
-						return err
+					if st.Send(wire.CreateEvent{Type: wire.CreateEventProgress, Message: msg}) != nil {
+						return nil
 					}
 				default:
 					drained = true
 				}
 			}
 			if res.err != nil {
-				rid, _ := r.Context().Value(requestIDKey{}).(string)
-				detail := errorDetail(res.err, rid)
-				if err := send(wire.CreateEvent{Type: wire.CreateEventError, Error: &detail}); err != nil {
-					return errors.Join(res.err, err)
-				}
-				return res.err // the adapter logs it; the stream already told the client
+				_ = st.Fail(res.err)
+				return reported(res.err) // the adapter logs it; the stream told the client
 			}
-			return send(wire.CreateEvent{Type: wire.CreateEventSandbox, Sandbox: &res.sb})
+			_ = st.End(wire.CreateEvent{Type: wire.CreateEventSandbox, Sandbox: &res.sb})
+			return nil
 		}
 	}
-}
-
-// errorDetail is the {"code","message"} errdefs.Write would have answered
-// err with, for errors that travel on a stream.
-func errorDetail(err error, requestID string) errdefs.Detail {
-	status, code := errdefs.HTTPStatus(err)
-	msg := err.Error()
-	var re *errdefs.RemoteError
-	if errors.As(err, &re) {
-		msg = re.Message
-	}
-	if status == http.StatusInternalServerError && requestID != "" {
-		msg = "internal error (request " + requestID + "): " + msg
-	}
-	return errdefs.Detail{Code: code, Message: msg, RequestID: requestID}
 }

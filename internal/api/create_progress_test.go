@@ -51,12 +51,19 @@ func postCreate(t *testing.T, m Manager, query, body string) *httptest.ResponseR
 	return rec
 }
 
-func readCreateEvents(t *testing.T, rec *httptest.ResponseRecorder) []wire.CreateEvent {
+// createLine is a line of the create stream: a CreateEvent, or the
+// stream.error line with its detail.
+type createLine struct {
+	wire.CreateEvent
+	Error *errdefs.Detail `json:"error,omitempty"`
+}
+
+func readCreateEvents(t *testing.T, rec *httptest.ResponseRecorder) []createLine {
 	t.Helper()
-	var evs []wire.CreateEvent
+	var evs []createLine
 	sc := bufio.NewScanner(rec.Body)
 	for sc.Scan() {
-		var ev wire.CreateEvent
+		var ev createLine
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("line %q: %v", sc.Text(), err)
 		}
@@ -66,8 +73,8 @@ func readCreateEvents(t *testing.T, rec *httptest.ResponseRecorder) []wire.Creat
 }
 
 // withoutKeepalives drops keepalive lines and reports whether there was one.
-func withoutKeepalives(evs []wire.CreateEvent) ([]wire.CreateEvent, bool) {
-	var out []wire.CreateEvent
+func withoutKeepalives(evs []createLine) ([]createLine, bool) {
+	var out []createLine
 	seen := false
 	for _, ev := range evs {
 		if ev.Type == wire.CreateEventKeepalive {
@@ -85,23 +92,23 @@ func TestCreateProgressStream(t *testing.T) {
 	createKeepalive = 5 * time.Millisecond
 	t.Cleanup(func() { createKeepalive = old })
 
-	progress := []wire.CreateEvent{
-		{Type: wire.CreateEventProgress, Message: "pulling img"},
-		{Type: wire.CreateEventProgress, Message: "setup: true"},
+	progress := []createLine{
+		{CreateEvent: wire.CreateEvent{Type: wire.CreateEventProgress, Message: "pulling img"}},
+		{CreateEvent: wire.CreateEvent{Type: wire.CreateEventProgress, Message: "setup: true"}},
 	}
 	tests := []struct {
 		name string
 		err  error
-		last wire.CreateEvent
+		last createLine
 	}{
 		{
 			name: "success",
-			last: wire.CreateEvent{Type: wire.CreateEventSandbox, Sandbox: &wire.Sandbox{ID: "sb1", State: wire.StateRunning, Image: "img"}},
+			last: createLine{CreateEvent: wire.CreateEvent{Type: wire.CreateEventSandbox, Sandbox: &wire.Sandbox{ID: "sb1", State: wire.StateRunning, Image: "img"}}},
 		},
 		{
 			name: "failure",
 			err:  fmt.Errorf("image %q is not on this host; build it with make image: %w", "img", errdefs.ErrNotFound),
-			last: wire.CreateEvent{Type: wire.CreateEventError, Error: &errdefs.Detail{Code: "not_found"}},
+			last: createLine{CreateEvent: wire.CreateEvent{Type: wire.EventStreamError}, Error: &errdefs.Detail{Code: "not_found"}},
 		},
 	}
 	for _, tt := range tests {
@@ -114,7 +121,7 @@ func TestCreateProgressStream(t *testing.T) {
 				t.Errorf("content type %q, want application/x-ndjson", ct)
 			}
 			got, keepalive := withoutKeepalives(readCreateEvents(t, rec))
-			want := append(append([]wire.CreateEvent{}, progress...), tt.last)
+			want := append(append([]createLine{}, progress...), tt.last)
 			if tt.err != nil {
 				want[len(want)-1].Error.Message = tt.err.Error()
 			}

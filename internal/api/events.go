@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -15,7 +14,9 @@ const eventKeepalive = 15 * time.Second
 // sandboxEvents lists a sandbox's events, or with follow=true streams them
 // as NDJSON: the backlog after since, then new ones as they are logged,
 // keepalives while nothing happens, and a final "end" line when the sandbox
-// is destroyed or the daemon shuts down.
+// is destroyed or the daemon shuts down (or a stream.error line if the log
+// cannot be read). A sandbox event of type "error" is a sandbox's failure,
+// never the stream's.
 func (s *Server) sandboxEvents(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r)
 	if err != nil {
@@ -67,52 +68,39 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id string) error
 	if err != nil {
 		return err // not found: still a plain error response
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
-	send := func(ev wire.SandboxEvent) error {
-		if err := enc.Encode(ev); err != nil {
-			return err
-		}
-		return rc.Flush()
+	st := s.startStream(w, r, http.StatusOK, eventKeepalive, func() any {
+		return wire.SandboxEvent{Type: wire.SandboxEventKeepalive, Time: time.Now().UTC()}
+	})
+	defer st.Close()
+	end := func(msg string) {
+		_ = st.End(wire.SandboxEvent{Type: wire.SandboxEventEnd, SandboxID: id, Time: time.Now().UTC(), Message: msg})
 	}
-	end := func(msg string) error {
-		return send(wire.SandboxEvent{Type: wire.SandboxEventEnd, SandboxID: id, Time: time.Now().UTC(), Message: msg})
-	}
-	if err := rc.Flush(); err != nil {
-		return err
-	}
-	keepalive := time.NewTicker(eventKeepalive)
-	defer keepalive.Stop()
 	for {
 		for _, ev := range evs {
-			if err := send(ev); err != nil {
-				return err
+			if st.Send(ev) != nil {
+				return nil // the client left or stopped reading
 			}
 			since = ev.Seq
 			if id != "" && ev.Type == wire.SandboxEventDestroyed {
-				return end("the sandbox was destroyed")
+				end("the sandbox was destroyed")
+				return nil
 			}
 		}
 		select {
-		case <-r.Context().Done():
+		case <-st.Context().Done():
 			return nil
 		case <-lm.Closing():
-			return end("the daemon is shutting down")
-		case <-keepalive.C:
-			if err := send(wire.SandboxEvent{Type: wire.SandboxEventKeepalive, Time: time.Now().UTC()}); err != nil {
-				return err
-			}
-			evs = nil
-			continue
+			end("the daemon is shutting down")
+			return nil
 		case <-wake:
 		}
-		evs, err = lm.Events(r.Context(), id, since, 0)
+		evs, err = lm.Events(st.Context(), id, since, 0)
 		if err != nil {
-			// The stream is under way: report the error on it and end.
-			return send(wire.SandboxEvent{Type: wire.EventError, SandboxID: id, Time: time.Now().UTC(), Message: err.Error()})
+			if st.Context().Err() != nil {
+				return nil
+			}
+			_ = st.Fail(err)
+			return reported(err)
 		}
 	}
 }

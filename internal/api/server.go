@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/ndjson"
 	"github.com/hotcell/hotcell/internal/redact"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -54,6 +55,11 @@ type Options struct {
 	Backups Backups
 	// Gateway is the LLM gateway; nil answers its routes with 501.
 	Gateway Gateway
+	// StreamWriteTimeout bounds each write of a streamed answer (NDJSON
+	// lines, pass-through chunks): a client that stops reading for this
+	// long loses its stream, and the work behind it stops. 0 means
+	// ndjson.DefaultWriteTimeout.
+	StreamWriteTimeout time.Duration
 }
 
 // Server is the HTTP API.
@@ -73,6 +79,9 @@ func New(opts Options) *Server {
 	}
 	if opts.MaxExecOutput == 0 {
 		opts.MaxExecOutput = 1 << 20
+	}
+	if opts.StreamWriteTimeout <= 0 {
+		opts.StreamWriteTimeout = ndjson.DefaultWriteTimeout
 	}
 	s := &Server{opts: opts, log: opts.Log.With("component", "api"), mux: http.NewServeMux()}
 	s.routes()
@@ -137,23 +146,42 @@ func (s *Server) Handler() http.Handler {
 		rw := &responseWriter{ResponseWriter: w}
 		rw.Header().Set("X-Request-Id", rid)
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
-		if s.servePreviewHost(rw, r) {
-			// {port}-{id}.<preview domain>: the preview checks its own credentials.
-		} else if _, pattern := s.mux.Handler(r); r.URL.Path != "/healthz" && !strings.HasSuffix(pattern, previewPathSuffix) && !s.authorized(r) {
-			rw.Header().Set("WWW-Authenticate", `Bearer realm="hotcell"`)
-			errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file>: %w", errdefs.ErrUnauthenticated), rid)
-		} else {
-			s.touch(r)
-			s.mux.ServeHTTP(rw, r)
-		}
+		aborted := s.serve(rw, r, rid)
 		// slog escapes the path; the query may hold file paths, so it is
 		// logged as a value too. Authorization is never logged.
 		s.log.Debug("request", "id", rid, "method", r.Method, "path", r.URL.Path, "query", redact.Query(r.URL.RawQuery),
-			"status", rw.status, "bytes", rw.written, "ms", time.Since(start).Milliseconds())
+			"status", rw.status, "bytes", rw.written, "ms", time.Since(start).Milliseconds(), "aborted", aborted)
 		if s.opts.ObserveRequest != nil {
 			s.opts.ObserveRequest(r, rw.status, time.Since(start))
 		}
+		if aborted {
+			panic(http.ErrAbortHandler) // now that the request is counted
+		}
 	})
+}
+
+// serve routes one request. It reports whether the handler aborted the
+// response (http.ErrAbortHandler) so that the request is still logged and
+// counted before the connection is cut.
+func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			aborted = true
+		}
+	}()
+	if s.servePreviewHost(rw, r) {
+		// {port}-{id}.<preview domain>: the preview checks its own credentials.
+	} else if _, pattern := s.mux.Handler(r); r.URL.Path != "/healthz" && !strings.HasSuffix(pattern, previewPathSuffix) && !s.authorized(r) {
+		rw.Header().Set("WWW-Authenticate", `Bearer realm="hotcell"`)
+		errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file>: %w", errdefs.ErrUnauthenticated), rid)
+	} else {
+		s.touch(r)
+		s.mux.ServeHTTP(rw, r)
+	}
+	return false
 }
 
 func (s *Server) authorized(r *http.Request) bool {
@@ -192,10 +220,40 @@ func (s *Server) adapt(h handlerFunc) http.Handler {
 			lvl = slog.LevelError
 		}
 		s.log.Log(r.Context(), lvl, "request failed", "id", rid, "method", r.Method, "path", r.URL.Path, "status", status, "code", code, "err", err)
+		var rep reportedError
+		if errors.As(err, &rep) {
+			return // the stream's failure line told the client
+		}
 		if rw, ok := w.(*responseWriter); ok && rw.status != 0 {
-			return // headers already sent: the stream itself reports the error
+			// Too late for an error document: break the response so that
+			// the client sees a failed transfer, not a short body that
+			// looks whole.
+			panic(http.ErrAbortHandler)
 		}
 		errdefs.Write(w, err, rid)
+	})
+}
+
+// reportedError is an error a stream already sent as its stream.error
+// line: the adapter logs it and leaves the response alone.
+type reportedError struct{ err error }
+
+func (e reportedError) Error() string { return e.err.Error() }
+func (e reportedError) Unwrap() error { return e.err }
+
+func reported(err error) error { return reportedError{err} }
+
+// startStream begins an NDJSON answer with the API's write timeout and the
+// request's id in its failure line; keepalive() is sent when the stream
+// has been quiet for about every keepalive.
+func (s *Server) startStream(w http.ResponseWriter, r *http.Request, status int, keepalive time.Duration, keepaliveEvent func() any) *ndjson.Writer {
+	rid, _ := r.Context().Value(requestIDKey{}).(string)
+	return ndjson.Start(w, r, ndjson.Options{
+		Status:         status,
+		WriteTimeout:   s.opts.StreamWriteTimeout,
+		Keepalive:      keepalive,
+		KeepaliveEvent: keepaliveEvent,
+		RequestID:      rid,
 	})
 }
 

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -24,7 +23,6 @@ const (
 	maxStatsIntervalMs     = 60_000
 	defaultStatsIntervalMs = 1000
 	statsKeepalive         = 15 * time.Second
-	statsWriteDeadline     = 2 * time.Minute
 	// diskTimeout bounds the agent's walk of the workspace as seen from
 	// here; without an answer in time the sample goes out without disk.
 	diskTimeout = 2 * time.Second
@@ -137,53 +135,34 @@ func (s *Server) workspaceDisk(ctx context.Context, id string, maxAge time.Durat
 }
 
 // statsStream sends a sample every interval until the client hangs up or
-// the sandbox can no longer be sampled (then with a final error event).
+// the sandbox can no longer be sampled (then with a stream.error line).
 func (s *Server) statsStream(w http.ResponseWriter, r *http.Request, sb wire.Sandbox, interval time.Duration) error {
-	ctx := r.Context()
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
-	send := func(ev wire.StatsEvent) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(statsWriteDeadline))
-		if err := enc.Encode(ev); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
+	st := s.startStream(w, r, http.StatusOK, statsKeepalive, func() any { return wire.StatsEvent{Type: wire.StatsKeepalive} })
+	defer st.Close()
+	ctx := st.Context()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	keepalive := time.NewTicker(statsKeepalive)
-	defer keepalive.Stop()
 	for {
-		st, err := s.sample(ctx, sb, streamDiskMaxAge)
+		sample, err := s.sample(ctx, sb, streamDiskMaxAge)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			_ = send(wire.StatsEvent{Type: wire.StatsError, Error: err.Error()})
+			_ = st.Fail(err)
 			return nil
 		}
-		if send(wire.StatsEvent{Type: wire.StatsSample, Stats: &st}) != nil {
+		if st.Send(wire.StatsEvent{Type: wire.StatsSample, Stats: &sample}) != nil {
 			return nil
 		}
-		for waiting := true; waiting; {
-			select {
-			case <-tick.C:
-				waiting = false
-			case <-keepalive.C:
-				if send(wire.StatsEvent{Type: wire.StatsKeepalive}) != nil {
-					return nil
-				}
-			case <-ctx.Done():
-				return nil
-			}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil
 		}
 		// The state may have changed (paused, stopped) since the last sample.
 		if sb, err = s.statsTarget(ctx, sb.ID); err != nil {
 			if ctx.Err() == nil {
-				_ = send(wire.StatsEvent{Type: wire.StatsError, Error: err.Error()})
+				_ = st.Fail(err)
 			}
 			return nil
 		}

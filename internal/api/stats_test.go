@@ -126,16 +126,19 @@ func TestStatsStream(t *testing.T) {
 	sc := bufio.NewScanner(resp.Body)
 	start := time.Now()
 	for sc.Scan() {
-		var ev wire.StatsEvent
+		var ev struct {
+			wire.StatsEvent
+			Error *errdefs.Detail `json:"error"`
+		}
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("line %q: %v", sc.Bytes(), err)
 		}
 		types = append(types, ev.Type)
-		if ev.Type == wire.StatsError && !strings.Contains(ev.Error, "went away") {
-			t.Errorf("error event %q", ev.Error)
+		if ev.Type == wire.EventStreamError && (ev.Error == nil || ev.Error.Code != "conflict" || !strings.Contains(ev.Error.Message, "went away")) {
+			t.Errorf("failure line %s, want a conflict that says the box went away", sc.Bytes())
 		}
 	}
-	if want := "sample sample sample error"; strings.Join(types, " ") != want {
+	if want := "sample sample sample stream.error"; strings.Join(types, " ") != want {
 		t.Errorf("events %v, want %s", types, want)
 	}
 	if el := time.Since(start); el < 250*time.Millisecond {

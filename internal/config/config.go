@@ -39,6 +39,7 @@ const (
 	defaultGitTimeout   = 10 * time.Minute
 	defaultMaxExecOut   = 1 << 20
 	defaultShutdown     = 10 * time.Second
+	defaultStreamWrite  = time.Minute
 )
 
 // DefaultPreviewDomain: *.localhost resolves to loopback in browsers and
@@ -77,6 +78,10 @@ type Config struct {
 	MaxExecOutput int64
 	// ShutdownTimeout bounds graceful shutdown of the daemon.
 	ShutdownTimeout time.Duration
+	// StreamWriteTimeout bounds each write of a streamed answer: a client
+	// that reads nothing for this long loses the stream, and the work
+	// behind it (an exec, a log follow) stops.
+	StreamWriteTimeout time.Duration
 	// PreviewDomain: requests for {port}-{sandbox id}.<PreviewDomain> to the
 	// API's listener are HTTP previews of that port. Empty turns previews by
 	// host name off. *.localhost resolves to loopback in browsers, so the
@@ -143,6 +148,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.MaxExecOutput }},
 	{"shutdown_timeout", kindDuration, "how long shutdown waits for requests to finish",
 		func(c *Config) any { return &c.ShutdownTimeout }},
+	{"stream_write_timeout", kindDuration, "how long a streamed answer waits for a client that reads nothing before it drops the stream",
+		func(c *Config) any { return &c.StreamWriteTimeout }},
 	{"preview_domain", kindString, "domain whose names {port}-{sandbox id}.DOMAIN serve port previews (empty: off)",
 		func(c *Config) any { return &c.PreviewDomain }},
 	{"egress_network", kindString, "name of the bridge network sandboxes join",
@@ -176,21 +183,22 @@ func lookup(key string) (setting, bool) {
 // Default returns the configuration before any file, environment or flag.
 func Default() Config {
 	return Config{
-		Listen:          DefaultListen,
-		DataDir:         DefaultDataDir,
-		DefaultImage:    DefaultImage,
-		LogLevel:        "info",
-		LogFormat:       "text",
-		ExecTimeout:     defaultExecTimeout,
-		SetupTimeout:    defaultSetupTimeout,
-		GitTimeout:      defaultGitTimeout,
-		MaxExecOutput:   defaultMaxExecOut,
-		ShutdownTimeout: defaultShutdown,
-		IdleAction:      "stop",
-		LifetimeAction:  "destroy",
-		OrphanGrace:     10 * time.Minute,
-		EngineRestart:   "restart",
-		PreviewDomain:   DefaultPreviewDomain,
+		Listen:             DefaultListen,
+		DataDir:            DefaultDataDir,
+		DefaultImage:       DefaultImage,
+		LogLevel:           "info",
+		LogFormat:          "text",
+		ExecTimeout:        defaultExecTimeout,
+		SetupTimeout:       defaultSetupTimeout,
+		GitTimeout:         defaultGitTimeout,
+		MaxExecOutput:      defaultMaxExecOut,
+		ShutdownTimeout:    defaultShutdown,
+		StreamWriteTimeout: defaultStreamWrite,
+		IdleAction:         "stop",
+		LifetimeAction:     "destroy",
+		OrphanGrace:        10 * time.Minute,
+		EngineRestart:      "restart",
+		PreviewDomain:      DefaultPreviewDomain,
 
 		EgressNetwork:     DefaultEgressNetwork,
 		EgressSubnet:      DefaultEgressSubnet,
@@ -424,6 +432,7 @@ func (c *Config) Validate() error {
 		{"setup_timeout", c.SetupTimeout},
 		{"git_timeout", c.GitTimeout},
 		{"shutdown_timeout", c.ShutdownTimeout},
+		{"stream_write_timeout", c.StreamWriteTimeout},
 	} {
 		if d.v <= 0 {
 			return bad(d.key, d.v, "must be greater than 0")
@@ -577,6 +586,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("git_timeout", c.GitTimeout),
 		slog.Int64("max_exec_output", c.MaxExecOutput),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
+		slog.Duration("stream_write_timeout", c.StreamWriteTimeout),
 		slog.String("preview_domain", c.PreviewDomain),
 	)
 }

@@ -123,16 +123,17 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	mets.Registry().MustRegister(eg.Collector())
 
 	srv := api.New(withManager(api.Options{
-		Token:          token,
-		ExecTimeout:    cfg.ExecTimeout,
-		MaxExecOutput:  cfg.MaxExecOutput,
-		PreviewDomain:  cfg.PreviewDomain,
-		Stats:          sampler.Sample,
-		Metrics:        mets.Handler(),
-		ObserveRequest: mets.ObserveRequest,
-		Log:            log,
-		Backups:        bk,
-		Gateway:        gw,
+		Token:              token,
+		ExecTimeout:        cfg.ExecTimeout,
+		MaxExecOutput:      cfg.MaxExecOutput,
+		StreamWriteTimeout: cfg.StreamWriteTimeout,
+		PreviewDomain:      cfg.PreviewDomain,
+		Stats:              sampler.Sample,
+		Metrics:            mets.Handler(),
+		ObserveRequest:     mets.ObserveRequest,
+		Log:                log,
+		Backups:            bk,
+		Gateway:            gw,
 		Host: func(ctx context.Context) (wire.HostInfo, error) {
 			di, err := drv.Info(ctx)
 			if err != nil {

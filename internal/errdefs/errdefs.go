@@ -114,6 +114,15 @@ type Detail struct {
 
 // Write writes err as the JSON error document with its mapped status.
 func Write(w http.ResponseWriter, err error, requestID string) {
+	status, d := Describe(err, requestID)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(Body{Error: d})
+}
+
+// Describe returns the status and the detail Write answers err with. A
+// stream whose headers are out reports its failure with the same detail.
+func Describe(err error, requestID string) (int, Detail) {
 	status, code := HTTPStatus(err)
 	msg := err.Error()
 	var re *RemoteError
@@ -126,9 +135,7 @@ func Write(w http.ResponseWriter, err error, requestID string) {
 	if status == http.StatusInternalServerError && requestID != "" {
 		msg = "internal error (request " + requestID + "): " + msg
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Body{Error: Detail{Code: code, Message: msg, RequestID: requestID}})
+	return status, Detail{Code: code, Message: msg, RequestID: requestID}
 }
 
 // RemoteError is an error document received from another hotcell component

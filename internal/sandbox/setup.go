@@ -57,8 +57,10 @@ func runSetup(ctx context.Context, conn *agentconn.Conn, command string, timeout
 			res.DurationMs = ev.DurationMs
 			res.OutputTail = strings.ToValidUTF8(string(tail), "\uFFFD")
 			return res, nil
-		case wire.EventError:
-			return res, fmt.Errorf("exec: %s", ev.Error)
+		case wire.EventStreamError:
+			var se wire.StreamError
+			_ = json.Unmarshal(sc.Bytes(), &se)
+			return res, fmt.Errorf("exec: %s (%s)", se.Error.Message, se.Error.Code)
 		}
 	}
 	if err := sc.Err(); err != nil {

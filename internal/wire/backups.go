@@ -30,13 +30,12 @@ type CreateBackupRequest struct {
 
 // BackupEvent is one line of the NDJSON stream of
 // POST /v1/sandboxes/{id}/backups?progress=true: "progress" events with the
-// bytes written so far, then exactly one "backup" (done) or "error" event.
+// bytes written so far, then exactly one "backup" event, or a StreamError
+// line if the backup failed.
 type BackupEvent struct {
-	Type   string  `json:"type"` // progress, backup, error
+	Type   string  `json:"type"` // progress, backup
 	Bytes  int64   `json:"bytes,omitempty"`
 	Backup *Backup `json:"backup,omitempty"`
-	Error  string  `json:"error,omitempty"`
-	Code   string  `json:"code,omitempty"`
 }
 
 // Sandbox event types of backups and snapshots (SandboxEventRestored is
@@ -50,7 +49,6 @@ const (
 const (
 	BackupEventProgress = "progress"
 	BackupEventBackup   = "backup"
-	BackupEventError    = "error"
 )
 
 // RestoreRequest is the body of POST /v1/sandboxes/{id}/restore: the backup

@@ -68,8 +68,8 @@ type SignalRequest struct {
 	Signal string `json:"signal"`
 }
 
-// Log stream event types, besides EventStdout, EventStderr, EventKeepalive,
-// EventExit and EventError.
+// Log stream event types, besides EventStdout, EventStderr, EventKeepalive
+// and EventExit (a failed stream ends with a StreamError line).
 const (
 	// EventGap says bytes were dropped by rotation before they could be
 	// read: Stream resumes at Offset, Dropped bytes after the asked offset.
@@ -91,7 +91,9 @@ type LogEvent struct {
 	Dropped  int64  `json:"dropped,omitempty"`
 	ExitCode int    `json:"exitCode,omitempty"`
 	Signal   string `json:"signal,omitempty"`
-	Error    string `json:"error,omitempty"`
+	// Message, on exit, says why the exit status is unknown (the agent
+	// restarted while the process ran).
+	Message string `json:"message,omitempty"`
 	// StdoutBytes and StderrBytes, on end and exit, are the streams' sizes.
 	StdoutBytes int64 `json:"stdoutBytes,omitempty"`
 	StderrBytes int64 `json:"stderrBytes,omitempty"`

@@ -53,17 +53,15 @@ type NetworkStats struct {
 // Stats stream event types. A stats stream (GET
 // /v1/sandboxes/{id}/stats?stream=true) is newline-delimited JSON
 // StatsEvents: a "sample" per interval, keepalives when the interval is
-// long, and a final "error" event when the sandbox can no longer be
+// long, and a final StreamError line when the sandbox can no longer be
 // sampled (it stopped or went away).
 const (
 	StatsSample    = "sample"
 	StatsKeepalive = "keepalive"
-	StatsError     = "error"
 )
 
 // StatsEvent is one line of a stats stream.
 type StatsEvent struct {
 	Type  string        `json:"type"`
 	Stats *SandboxStats `json:"stats,omitempty"`
-	Error string        `json:"error,omitempty"`
 }

@@ -5,8 +5,9 @@ import "time"
 // Watch stream event types. A watch stream is newline-delimited JSON
 // WatchEvents: one "ready" once every watch is in place, then change events,
 // "overflow" where events were lost, keepalives while nothing happens, and
-// an "error" event if the watch cannot go on (its root was removed). It has
-// no natural end: the client ends it by hanging up, which frees the watches.
+// a StreamError line if the watch cannot go on (its root was removed). It
+// has no natural end: the client ends it by hanging up, which frees the
+// watches.
 const (
 	WatchReady    = "ready"
 	WatchCreated  = "created"
@@ -21,7 +22,6 @@ const (
 	// watched): rescan what you mirror.
 	WatchOverflow  = "overflow"
 	WatchKeepalive = "keepalive"
-	WatchError     = "error"
 )
 
 // WatchEvent is one line of a watch stream.
@@ -33,8 +33,10 @@ type WatchEvent struct {
 	// FileType is FileTypeFile or FileTypeDir for change events.
 	FileType string `json:"fileType,omitempty"`
 	// Time is when the agent read the event from the kernel.
-	Time  time.Time `json:"time"`
-	Error string    `json:"error,omitempty"`
+	Time time.Time `json:"time"`
+	// Message, on overflow, says why events were lost when it was not
+	// just a full queue.
+	Message string `json:"message,omitempty"`
 }
 
 // DiskUsage is the space a directory tree takes, as du counts it: allocated

@@ -132,13 +132,12 @@ type ExecResult struct {
 
 // Exec stream event types. A stream is a sequence of newline-delimited JSON
 // ExecEvents: stdout/stderr chunks in order, keepalives, and exactly one
-// final "exit" or "error" event.
+// final "exit" event, or a StreamError line if the stream failed.
 const (
 	EventStdout    = "stdout"
 	EventStderr    = "stderr"
 	EventKeepalive = "keepalive"
 	EventExit      = "exit"
-	EventError     = "error"
 )
 
 // ExecEvent is one line of a streamed exec. Data is base64 in JSON, so chunks
@@ -150,7 +149,6 @@ type ExecEvent struct {
 	Signal     string `json:"signal,omitempty"`
 	DurationMs int64  `json:"durationMs,omitempty"`
 	TimedOut   bool   `json:"timedOut,omitempty"`
-	Error      string `json:"error,omitempty"`
 }
 
 // File types in FileInfo.Type.
