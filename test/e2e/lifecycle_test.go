@@ -306,11 +306,15 @@ func TestLifetimeDestroyAndExtend(t *testing.T) {
 }
 
 // TestEventsListAndStream: the log lists the lifecycle; a follower sees new
-// events as they happen and an end line after destroy.
+// events as they happen and an end line after destroy. The host-wide
+// follower runs beside every other test of the shared daemon, whose
+// sandboxes fail on purpose (error events): it must go on through them.
 func TestEventsListAndStream(t *testing.T) {
 	t.Parallel()
 	d := sharedDaemon(t)
-	ctx := t.Context()
+	// Bounds a hang of a follower, not the test's speed.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	sb, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Setup: []string{"echo one", "exit 3"}})
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +369,7 @@ func TestEventsListAndStream(t *testing.T) {
 	for len(mine) < 5 {
 		ev, err := host.Next()
 		if err != nil {
-			t.Fatalf("host stream: %v", err)
+			t.Fatalf("host stream: %v (so far %v)", err, mine)
 		}
 		if ev.SandboxID == sb.ID {
 			mine = append(mine, ev.Type)
