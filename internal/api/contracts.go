@@ -63,5 +63,8 @@ type Ports interface {
 
 // GatewayAccess changes one sandbox's access to the LLM gateway.
 type GatewayAccess interface {
+	// RotateGateway replaces the sandbox's token for provider and, when it
+	// runs, writes the new one into it.
+	RotateGateway(ctx context.Context, id, provider string) (wire.GatewayCredential, error)
 	RevokeGateway(ctx context.Context, id, provider string) (wire.Sandbox, error)
 }

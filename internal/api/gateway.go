@@ -1,16 +1,11 @@
 package api
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"net/http"
-	"net/url"
-	"path"
 
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/errdefs"
-	"github.com/hotcell/hotcell/internal/gateway"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -20,7 +15,6 @@ type Gateway interface {
 	EnvVars(providers []string) []string
 	Providers() []wire.GatewayProvider
 	Usage(id string) []wire.GatewayUsage
-	Rotate(ctx context.Context, id, provider string) (wire.GatewayCredential, error)
 }
 
 func (s *Server) gatewayRoutes() {
@@ -92,9 +86,8 @@ func (s *Server) sandboxUsage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// rotateGatewayToken replaces a sandbox's token for a provider. The box's
-// env cannot change after it started, so the new token is returned and,
-// when the sandbox runs, written to gateway.TokenDir/<provider>.token in it.
+// rotateGatewayToken replaces a sandbox's token for a provider; the manager
+// writes the new one into a running sandbox (RotateGateway).
 func (s *Server) rotateGatewayToken(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r)
 	if err != nil {
@@ -104,54 +97,17 @@ func (s *Server) rotateGatewayToken(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	g, err := s.gateway()
-	if err != nil {
+	if _, err := s.gateway(); err != nil {
 		return err
 	}
-	sb, err := s.opts.Manager.Get(r.Context(), id)
+	if s.opts.GatewayAccess == nil {
+		return fmt.Errorf("llm gateway: %w", errdefs.ErrNotImplemented)
+	}
+	cred, err := s.opts.GatewayAccess.RotateGateway(r.Context(), id, provider)
 	if err != nil {
 		return err
-	}
-	cred, err := g.Rotate(r.Context(), id, provider)
-	if err != nil {
-		return err
-	}
-	if sb.State == wire.StateRunning {
-		file := path.Join(gateway.TokenDir, provider+".token")
-		if err := s.writeSandboxFile(r.Context(), id, file, []byte(cred.Token+"\n")); err != nil {
-			// The rotation stands (the old token is dead); the caller has
-			// the new one and learns that the file was not written.
-			s.log.Warn("write rotated gateway token into the sandbox", "sandbox", id, "provider", provider, "err", err)
-		} else {
-			cred.TokenFile = file
-		}
 	}
 	writeJSON(w, http.StatusOK, cred)
-	return nil
-}
-
-// writeSandboxFile writes a small file in a running sandbox through its
-// agent, mode 0600, making its directory.
-func (s *Server) writeSandboxFile(ctx context.Context, id, file string, data []byte) error {
-	conn, err := s.opts.Manager.Agent(ctx, id)
-	if err != nil {
-		return err
-	}
-	if err := conn.DoJSON(ctx, http.MethodPost, "/v1/fs/mkdir", wire.MkdirRequest{Path: path.Dir(file), Parents: true, Mode: "0700"}, nil); err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/files?"+url.Values{"path": {file}, "mode": {"0600"}}.Encode(), bytes.NewReader(data))
-	if err != nil {
-		return err
-	}
-	resp, err := conn.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return errdefs.Read(resp)
-	}
 	return nil
 }
 

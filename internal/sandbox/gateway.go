@@ -1,14 +1,19 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/url"
+	"path"
 	"slices"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/gateway"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -19,6 +24,9 @@ type GatewayHook interface {
 	// Grant mints the sandbox's tokens for providers and returns the env
 	// vars that carry them and the gateway's URLs into the box.
 	Grant(ctx context.Context, id string, providers []string) (map[string]string, error)
+	// Rotate replaces the sandbox's token for provider; the old one is
+	// refused from then on.
+	Rotate(ctx context.Context, id, provider string) (wire.GatewayCredential, error)
 	// Revoke ends the sandbox's access to one provider.
 	Revoke(ctx context.Context, id, provider string) error
 	// Forget revokes every token of a destroyed sandbox.
@@ -54,6 +62,64 @@ func (m *Manager) forgetGateway(ctx context.Context, id string) error {
 	}
 	if err := m.opts.Gateway.Forget(ctx, id); err != nil {
 		return fmt.Errorf("revoke gateway tokens: %w", err)
+	}
+	return nil
+}
+
+// RotateGateway replaces a sandbox's token for a provider. The box's env
+// cannot change after it started, so the new token is returned and, when
+// the sandbox runs, written to gateway.TokenDir/<provider>.token in it.
+func (m *Manager) RotateGateway(ctx context.Context, id, provider string) (wire.GatewayCredential, error) {
+	if m.opts.Gateway == nil {
+		return wire.GatewayCredential{}, fmt.Errorf("llm gateway: %w", errdefs.ErrNotImplemented)
+	}
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return wire.GatewayCredential{}, err
+	}
+	cred, err := m.opts.Gateway.Rotate(ctx, id, provider)
+	if err != nil {
+		return cred, err
+	}
+	if sb.State != wire.StateRunning {
+		return cred, nil
+	}
+	file := path.Join(gateway.TokenDir, provider+".token")
+	if err := m.writeFile(ctx, id, file, []byte(cred.Token+"\n")); err != nil {
+		// The rotation stands (the old token is dead); the caller has the
+		// new one and learns that the file was not written.
+		m.log.Warn("write rotated gateway token into the sandbox", "sandbox", id, "provider", provider, "err", err)
+		return cred, nil
+	}
+	cred.TokenFile = file
+	return cred, nil
+}
+
+// writeFile writes a small file in running sandbox id through its agent,
+// mode 0600, making its directory (0700).
+func (m *Manager) writeFile(ctx context.Context, id, file string, data []byte) error {
+	m.mu.Lock()
+	conn, ok := m.conns[id]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("sandbox %s has no agent connection: %w", id, errdefs.ErrUnavailable)
+	}
+	if err := conn.DoJSON(ctx, http.MethodPost, "/v1/fs/mkdir", wire.MkdirRequest{Path: path.Dir(file), Parents: true, Mode: "0700"}, nil); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/files?"+url.Values{"path": {file}, "mode": {"0600"}}.Encode(), bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	resp, err := conn.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return errdefs.Read(resp)
 	}
 	return nil
 }
