@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/sandbox"
@@ -59,6 +60,12 @@ type Egress interface {
 // Ports records which ports' previews are public.
 type Ports interface {
 	SetPortPublic(ctx context.Context, id string, port int, public bool) (wire.Sandbox, error)
+}
+
+// Stats samples a sandbox: driver counters and, when it runs, the
+// workspace's disk usage (a walk at most diskMaxAge old).
+type Stats interface {
+	Stats(ctx context.Context, id string, diskMaxAge time.Duration) (wire.SandboxStats, error)
 }
 
 // GatewayAccess changes one sandbox's access to the LLM gateway.

@@ -26,12 +26,13 @@ import (
 // Options configure a Server.
 type Options struct {
 	Manager Manager
-	// Lifecycle, Activity, Egress, Ports and GatewayAccess are the
+	// Lifecycle, Activity, Egress, Ports, Stats and GatewayAccess are the
 	// manager's other parts (contracts.go); nil turns their routes off.
 	Lifecycle     Lifecycle
 	Activity      Activity
 	Egress        Egress
 	Ports         Ports
+	Stats         Stats
 	GatewayAccess GatewayAccess
 	Token         string
 	// Host reports /v1/host.
@@ -42,9 +43,6 @@ type Options struct {
 	// PreviewDomain serves {port}-{id}.<PreviewDomain> as the HTTP preview
 	// of that port; empty turns previews by host name off.
 	PreviewDomain string
-	// Stats samples a running or paused sandbox (the metrics Sampler);
-	// nil answers the stats routes with 501.
-	Stats func(ctx context.Context, sb wire.Sandbox) (wire.SandboxStats, error)
 	// Metrics serves GET /metrics; nil answers it with 501.
 	Metrics http.Handler
 	// ObserveRequest, if set, learns of every finished request; r.Pattern

@@ -15,37 +15,32 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
-// statsManager knows sandboxes by id and has no agents.
-type statsManager struct {
-	Manager // unused methods panic
-	sbs     map[string]wire.Sandbox
+// fakeStats samples "run" and "pause", refuses "stop" as the manager does
+// (a conflict) and does not know other ids. It records the disk max age it
+// was asked for.
+type fakeStats struct {
+	sample func(id string) (wire.SandboxStats, error)
+	maxAge atomic.Int64
 }
 
-func (m *statsManager) Get(ctx context.Context, id string) (wire.Sandbox, error) {
-	sb, ok := m.sbs[id]
-	if !ok {
-		return sb, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+func (f *fakeStats) Stats(ctx context.Context, id string, diskMaxAge time.Duration) (wire.SandboxStats, error) {
+	f.maxAge.Store(int64(diskMaxAge))
+	switch id {
+	case "run", "pause":
+		return f.sample(id)
+	case "stop":
+		return wire.SandboxStats{}, fmt.Errorf("sandbox stop is stopped; stats need a running or paused sandbox: %w", errdefs.ErrConflict)
 	}
-	return sb, nil
+	return wire.SandboxStats{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 }
 
-func (m *statsManager) Agent(ctx context.Context, id string) (*agentconn.Conn, error) {
-	return nil, fmt.Errorf("no agents here: %w", errdefs.ErrUnavailable)
-}
-
-func statsServer(t *testing.T, stats func(context.Context, wire.Sandbox) (wire.SandboxStats, error), metrics http.Handler) http.Handler {
+func statsServer(t *testing.T, stats Stats, metrics http.Handler) http.Handler {
 	t.Helper()
-	m := &statsManager{sbs: map[string]wire.Sandbox{
-		"run":   {ID: "run", State: wire.StateRunning},
-		"pause": {ID: "pause", State: wire.StatePaused},
-		"stop":  {ID: "stop", State: wire.StateStopped},
-	}}
-	return New(Options{Manager: m, Token: "t", Stats: stats, Metrics: metrics, Log: slog.New(slog.DiscardHandler)}).Handler()
+	return New(Options{Token: "t", Stats: stats, Metrics: metrics, Log: slog.New(slog.DiscardHandler)}).Handler()
 }
 
 func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
@@ -59,11 +54,9 @@ func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 
 func TestStatsRoute(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int64
-	stats := func(ctx context.Context, sb wire.Sandbox) (wire.SandboxStats, error) {
-		calls.Add(1)
-		return wire.SandboxStats{ID: sb.ID, Pids: wire.PidsStats{Current: 1}}, nil
-	}
+	stats := &fakeStats{sample: func(id string) (wire.SandboxStats, error) {
+		return wire.SandboxStats{ID: id, Pids: wire.PidsStats{Current: 1}}, nil
+	}}
 	h := statsServer(t, stats, nil)
 	for _, tc := range []struct {
 		path   string
@@ -85,10 +78,10 @@ func TestStatsRoute(t *testing.T) {
 			t.Errorf("GET %s: %d %s, want %d with %q", tc.path, rec.Code, rec.Body, tc.status, tc.has)
 		}
 	}
-	// The agent cannot be reached here: the sample goes out without disk.
-	var st wire.SandboxStats
-	if err := json.Unmarshal(get(t, h, "/v1/sandboxes/run/stats").Body.Bytes(), &st); err != nil || st.Disk != nil {
-		t.Errorf("stats %+v, %v: want no disk when the agent does not answer", st, err)
+	// A plain GET asks for a fresh walk of the workspace.
+	stats.maxAge.Store(-1)
+	if rec := get(t, h, "/v1/sandboxes/run/stats"); rec.Code != 200 || stats.maxAge.Load() != 0 {
+		t.Errorf("GET stats: %d, disk max age %d; want 200 and 0", rec.Code, stats.maxAge.Load())
 	}
 
 	none := statsServer(t, nil, nil)
@@ -104,12 +97,12 @@ func TestStatsRoute(t *testing.T) {
 func TestStatsStream(t *testing.T) {
 	t.Parallel()
 	var n atomic.Int64
-	stats := func(ctx context.Context, sb wire.Sandbox) (wire.SandboxStats, error) {
+	stats := &fakeStats{sample: func(id string) (wire.SandboxStats, error) {
 		if n.Add(1) > 3 {
 			return wire.SandboxStats{}, fmt.Errorf("box went away: %w", errdefs.ErrConflict)
 		}
-		return wire.SandboxStats{ID: sb.ID, Time: time.Now()}, nil
-	}
+		return wire.SandboxStats{ID: id, Time: time.Now()}, nil
+	}}
 	srv := httptest.NewServer(statsServer(t, stats, nil))
 	defer srv.Close()
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/v1/sandboxes/run/stats?stream=true&intervalMs=100", nil)
@@ -140,6 +133,9 @@ func TestStatsStream(t *testing.T) {
 	}
 	if want := "sample sample sample stream.error"; strings.Join(types, " ") != want {
 		t.Errorf("events %v, want %s", types, want)
+	}
+	if got := time.Duration(stats.maxAge.Load()); got != streamDiskMaxAge {
+		t.Errorf("stream's disk max age: got %s, want %s", got, streamDiskMaxAge)
 	}
 	if el := time.Since(start); el < 250*time.Millisecond {
 		t.Errorf("3 samples at 100ms took %s", el)

@@ -17,6 +17,7 @@ var (
 	_ api.Activity      = (*sandbox.Manager)(nil)
 	_ api.Egress        = (*sandbox.Manager)(nil)
 	_ api.Ports         = (*sandbox.Manager)(nil)
+	_ api.Stats         = (*sandbox.Manager)(nil)
 	_ api.GatewayAccess = (*sandbox.Manager)(nil)
 	_ sandbox.Store     = (*store.Store)(nil)
 	_ backup.Sandboxes  = (*sandbox.Manager)(nil)
@@ -30,6 +31,7 @@ func withManager(o api.Options, mgr *sandbox.Manager) api.Options {
 	o.Activity = mgr
 	o.Egress = mgr
 	o.Ports = mgr
+	o.Stats = mgr
 	o.GatewayAccess = mgr
 	return o
 }

@@ -90,6 +90,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return err
 	}
 	defer stopGateway()
+	// The sampler keeps each sandbox's previous reading, so CPU % is a
+	// delta whoever asks: an API call, a stream or a metrics scrape.
+	sampler := metrics.NewSampler(drv)
 	mgr := sandbox.New(drv, st, sandbox.Options{
 		DataDir:      cfg.DataDir,
 		AgentBinary:  agentPath,
@@ -100,6 +103,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Log:          log,
 		Lifecycle:    sandbox.LifecycleOptionsFrom(cfg),
 		Gateway:      gw,
+		Stats:        sampler.Sample,
 	})
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
@@ -111,9 +115,6 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	defer mgr.Close()
 	defer mgr.StartBackground()() // reaper and reconciler; stopped before mgr.Close
 
-	// The sampler keeps each sandbox's previous reading, so CPU % is a
-	// delta whoever asks: an API call, a stream or a metrics scrape.
-	sampler := metrics.NewSampler(drv)
 	mets := metrics.New(metrics.Options{
 		Sandboxes: func(ctx context.Context) ([]wire.Sandbox, error) { return mgr.List(ctx, sandbox.ListFilter{}) },
 		Stats:     sampler.Sample,
@@ -128,7 +129,6 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		MaxExecOutput:      cfg.MaxExecOutput,
 		StreamWriteTimeout: cfg.StreamWriteTimeout,
 		PreviewDomain:      cfg.PreviewDomain,
-		Stats:              sampler.Sample,
 		Metrics:            mets.Handler(),
 		ObserveRequest:     mets.ObserveRequest,
 		Log:                log,

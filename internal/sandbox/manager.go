@@ -54,6 +54,9 @@ type Options struct {
 	Lifecycle LifecycleOptions
 	// Gateway, when set, mints LLM gateway tokens at create (gateway.go).
 	Gateway GatewayHook
+	// Stats reads a box's counters for Manager.Stats (stats.go); nil
+	// turns stats off.
+	Stats Sampler
 }
 
 // Manager drives sandboxes through their lifecycle.
