@@ -44,6 +44,12 @@ type Conn struct {
 	transport *http.Transport
 	client    *http.Client
 	done      chan struct{}
+	// adopting ends the health checks of connections being adopted when
+	// the Conn closes; adopts counts their goroutines, which Close waits
+	// for.
+	adopting context.Context
+	stop     context.CancelFunc
+	adopts   sync.WaitGroup
 }
 
 // Listen removes a stale socket at path, listens on it and starts accepting
@@ -69,6 +75,7 @@ func Listen(id, path string, log *slog.Logger) (*Conn, error) {
 		readyCh: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	c.adopting, c.stop = context.WithCancel(context.Background())
 	c.transport = &http.Transport{
 		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return c.openStream(ctx) },
 		MaxIdleConns:        64,
@@ -108,7 +115,11 @@ func (c *Conn) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		go c.adopt(nc)
+		c.adopts.Add(1)
+		go func() {
+			defer c.adopts.Done()
+			c.adopt(nc)
+		}()
 	}
 }
 
@@ -121,11 +132,13 @@ func (c *Conn) adopt(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.adopting, 10*time.Second)
 	defer cancel()
 	h, err := healthOn(ctx, sess)
 	if err != nil {
-		c.log.Warn("agent connection failed its health check", "err", err)
+		if c.adopting.Err() == nil {
+			c.log.Warn("agent connection failed its health check", "err", err)
+		}
 		sess.Close()
 		return
 	}
@@ -304,9 +317,14 @@ func (c *Conn) Close() error {
 	c.mu.Unlock()
 	err := c.ln.Close()
 	<-c.done
+	c.stop()
 	if s != nil {
 		s.Close()
 	}
+	// Every adopt ends now: a health check is cancelled, and a session it
+	// adopted was closed above (one that passed its check after that
+	// finds c closed).
+	c.adopts.Wait()
 	c.transport.CloseIdleConnections()
 	return err
 }

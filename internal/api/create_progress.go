@@ -37,7 +37,10 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req wire.C
 	}
 	// The create owns its goroutine and ends on its own: the manager bounds
 	// every step and detaches from r's context once the box exists, so a
-	// client that hangs up does not leave half a sandbox.
+	// client that hangs up does not leave half a sandbox. The goroutine
+	// lives no longer than Manager.Create, which registers with the
+	// daemon's operations before it touches anything: the shutdown waits
+	// for it (and one that starts after the shutdown began is refused).
 	go func() {
 		sb, err := s.opts.Manager.Create(r.Context(), req, co)
 		done <- createResult{sb, err}

@@ -31,6 +31,7 @@ import (
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/fspath"
+	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/keyedmutex"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -82,7 +83,11 @@ type Options struct {
 	Keep int
 	// Snapshotter commits boxes to images; nil turns snapshots off (501).
 	Snapshotter driver.Snapshotter
-	Log         *slog.Logger
+	// Ops owns backups, restores and snapshots in flight: the daemon waits
+	// for them at shutdown and cancels them after the grace period, and a
+	// cancelled one leaves no file and no record. Nil: a group of its own.
+	Ops *inflight.Group
+	Log *slog.Logger
 }
 
 // Service manages backups and snapshots. It is safe for concurrent use.
@@ -102,6 +107,9 @@ func New(opts Options) *Service {
 	}
 	if opts.Keep <= 0 {
 		opts.Keep = DefaultKeep
+	}
+	if opts.Ops == nil {
+		opts.Ops = inflight.New()
 	}
 	return &Service{opts: opts, log: opts.Log.With("component", "backup"), sandboxes: opts.Sandboxes}
 }
@@ -277,6 +285,11 @@ type Progress func(bytes int64)
 
 // Create backs up a running sandbox's workspace.
 func (s *Service) Create(ctx context.Context, sandboxID string, req wire.CreateBackupRequest, progress Progress) (wire.Backup, error) {
+	ctx, end, err := s.opts.Ops.Begin(ctx)
+	if err != nil {
+		return wire.Backup{}, err
+	}
+	defer end()
 	conn, err := s.sandboxes.Agent(ctx, sandboxID)
 	if err != nil {
 		return wire.Backup{}, err
@@ -466,6 +479,11 @@ func (s *Service) Open(ctx context.Context, sandboxID, id string) (*os.File, wir
 
 // Delete removes a backup. A snapshot's workspace goes with its snapshot.
 func (s *Service) Delete(ctx context.Context, sandboxID, id string) error {
+	ctx, end, err := s.opts.Ops.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
 	b, err := s.Get(ctx, sandboxID, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
@@ -496,6 +514,11 @@ func (s *Service) remove(ctx context.Context, b wire.Backup) error {
 // sandboxID. It is checked to be a whole tar whose names stay inside the
 // workspace; its content is only ever extracted inside a sandbox.
 func (s *Service) Upload(ctx context.Context, sandboxID string, body io.Reader) (wire.Backup, error) {
+	ctx, end, err := s.opts.Ops.Begin(ctx)
+	if err != nil {
+		return wire.Backup{}, err
+	}
+	defer end()
 	if _, err := s.sandboxes.Get(ctx, sandboxID); err != nil {
 		return wire.Backup{}, err
 	}

@@ -26,6 +26,15 @@ func (s *Service) Restore(ctx context.Context, targetID, sourceID, backupID stri
 	if sourceID == "" {
 		sourceID = targetID
 	}
+	// The restore runs to its end even if the client hangs up: a swap the
+	// agent has started must finish, and one not started costs nothing.
+	// The daemon's shutdown waits for it, then cancels it: the agent swaps
+	// only a whole, verified workspace, so a cancelled one changes nothing.
+	ctx, end, err := s.opts.Ops.Detach(ctx)
+	if err != nil {
+		return wire.RestoreResult{}, err
+	}
+	defer end()
 	if _, err := s.sandboxes.Get(ctx, targetID); err != nil {
 		return wire.RestoreResult{}, err
 	}
@@ -64,9 +73,6 @@ func (s *Service) restoreInto(ctx context.Context, conn *agentconn.Conn, targetI
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return res, fmt.Errorf("restore backup %s: %w", backupID, err)
 	}
-	// The restore runs to its end even if the client hangs up: a swap the
-	// agent has started must finish, and one not started costs nothing.
-	ctx = context.WithoutCancel(ctx)
 	q := url.Values{"id": {newID("r")}, "sha256": {b.SHA256}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent/v1/restore?"+q.Encode(), f)
 	if err != nil {

@@ -35,8 +35,13 @@ func (s *Service) Snapshot(ctx context.Context, sandboxID string) (wire.Snapshot
 	}
 	unlock := s.lock(sandboxID)
 	defer unlock()
-	// What is made must be either recorded or removed, whoever hangs up.
-	ctx = context.WithoutCancel(ctx)
+	// What is made must be either recorded or removed, whoever hangs up;
+	// the daemon's shutdown waits for it.
+	ctx, end, err := s.opts.Ops.Detach(ctx)
+	if err != nil {
+		return wire.Snapshot{}, err
+	}
+	defer end()
 	sn := wire.Snapshot{ID: newID("sn"), SandboxID: sandboxID}
 	sn.Image = SnapshotRepo + ":" + sandboxID + "-" + sn.ID
 	// The workspace first, then the root filesystem: the engine pauses the
@@ -92,7 +97,13 @@ func (s *Service) DeleteSnapshot(ctx context.Context, sandboxID, id string) erro
 	if err != nil {
 		return err
 	}
-	ctx = context.WithoutCancel(ctx)
+	// Image, record and workspace go together, whoever hangs up; the
+	// daemon's shutdown waits for it.
+	ctx, end, err := s.opts.Ops.Detach(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
 	if err := snap.RemoveImage(ctx, sn.Image); err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)
 	}

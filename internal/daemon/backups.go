@@ -7,6 +7,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/backup"
 	"github.com/hotcell/hotcell/internal/driver/docker"
+	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
 )
@@ -14,8 +15,8 @@ import (
 // startBackups makes the backup service over the manager and removes what a
 // daemon killed during a backup left behind. The manager does not know the
 // service: a create that restores a backup gets its populate step from it.
-func startBackups(ctx context.Context, dataDir string, st *store.Store, drv *docker.Driver, mgr *sandbox.Manager, log *slog.Logger) (*backup.Service, error) {
-	bk := backup.New(backup.Options{DataDir: dataDir, Store: st, Sandboxes: mgr, Snapshotter: drv, Log: log})
+func startBackups(ctx context.Context, dataDir string, st *store.Store, drv *docker.Driver, mgr *sandbox.Manager, ops *inflight.Group, log *slog.Logger) (*backup.Service, error) {
+	bk := backup.New(backup.Options{DataDir: dataDir, Store: st, Sandboxes: mgr, Snapshotter: drv, Ops: ops, Log: log})
 	if err := bk.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover backups: %w", err)
 	}

@@ -17,12 +17,14 @@ import (
 	"time"
 
 	dockerclient "github.com/moby/moby/client"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/hotcell/hotcell/internal/api"
 	"github.com/hotcell/hotcell/internal/buildinfo"
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/driver/docker"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/metrics"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
@@ -80,16 +82,19 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	}
 	log.Info("docker engine", "version", info.EngineVersion)
 
-	eg, stopEgress, err := startEgress(ctx, cfg, drv, log)
+	// ops owns the API's requests and the work they start that outlives
+	// them (creates, destroys, backups, restores): the shutdown waits for
+	// it before the store closes.
+	ops := inflight.New()
+	eg, err := startEgress(ctx, cfg, drv, log)
 	if err != nil {
 		return err
 	}
-	defer stopEgress()
-	gw, stopGateway, err := startGateway(ctx, cfg, st, eg, log)
+	defer eg.Close() // after every goroutine of the group below
+	gw, gwServer, gwListener, err := newGateway(ctx, cfg, st, eg, ops, log)
 	if err != nil {
 		return err
 	}
-	defer stopGateway()
 	// The sampler keeps each sandbox's previous reading, so CPU % is a
 	// delta whoever asks: an API call, a stream or a metrics scrape.
 	sampler := metrics.NewSampler(drv)
@@ -104,16 +109,16 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Lifecycle:    sandbox.LifecycleOptionsFrom(cfg),
 		Gateway:      gw,
 		Stats:        sampler.Sample,
+		Ops:          ops,
 	})
+	defer mgr.Close() // also when a later step of the start fails
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
 	}
-	bk, err := startBackups(ctx, cfg.DataDir, st, drv, mgr, log)
+	bk, err := startBackups(ctx, cfg.DataDir, st, drv, mgr, ops, log)
 	if err != nil {
 		return err
 	}
-	defer mgr.Close()
-	defer mgr.StartBackground()() // reaper and reconciler; stopped before mgr.Close
 
 	mets := metrics.New(metrics.Options{
 		Sandboxes: func(ctx context.Context) ([]wire.Sandbox, error) { return mgr.List(ctx, sandbox.ListFilter{}) },
@@ -155,7 +160,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           ops.Handler(srv.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -164,18 +169,43 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if ready != nil {
 		ready(ln.Addr(), cfg.TokenPath(), created)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
+
+	// One group runs everything until ctx ends or a part fails; the
+	// shutdown then takes the parts down in order. loops are the reaper
+	// and reconciler, which stop first; services (egress upkeep, gateway
+	// usage flushes) stop last, after the operations that use them.
+	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLoops()
+	services, stopServices := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServices()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serve("api", hs, ln) })
+	if gwServer != nil {
+		g.Go(func() error { return serve("llm gateway", gwServer, gwListener) })
 	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		hs.Close()
+	g.Go(func() error { return eg.Run(services) })
+	g.Go(func() error { return gw.Run(services) }) // flushes usage when it ends
+	g.Go(func() error { return mgr.RunBackground(loops) })
+	g.Go(func() error {
+		<-gctx.Done()
+		sd := shutdown{
+			log: log, grace: cfg.ShutdownTimeout, ops: ops,
+			servers: []*http.Server{hs, gwServer}, stopLoops: stopLoops,
+			closeConns: mgr.Close, stopServices: stopServices,
+		}
+		sd.run()
+		return nil
+	})
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// serve serves hs on ln until the shutdown closes it.
+func serve(name string, hs *http.Server, ln net.Listener) error {
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", name, err)
 	}
 	return nil
 }

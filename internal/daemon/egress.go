@@ -11,9 +11,10 @@ import (
 )
 
 // startEgress makes the egress network, its firewall base rules and its
-// resolver, and keeps them up until the returned stop is called. The rules
-// of sandboxes stay after stop: the boxes outlive the daemon.
-func startEgress(ctx context.Context, cfg config.Config, drv driver.Networker, log *slog.Logger) (*egress.Controller, func(), error) {
+// resolver. Run keeps them up (egress.Controller.Run) and closes the
+// resolver at the end. The rules of sandboxes stay after it: the boxes
+// outlive the daemon.
+func startEgress(ctx context.Context, cfg config.Config, drv driver.Networker, log *slog.Logger) (*egress.Controller, error) {
 	es := cfg.Egress()
 	c := egress.New(drv, egress.Config{
 		Network:     es.Network,
@@ -24,17 +25,7 @@ func startEgress(ctx context.Context, cfg config.Config, drv driver.Networker, l
 		Log:         log,
 	})
 	if err := c.Start(ctx); err != nil {
-		return nil, nil, fmt.Errorf("start egress control (the daemon needs root, iptables and a running Docker Engine): %w", err)
+		return nil, fmt.Errorf("start egress control (the daemon needs root, iptables and a running Docker Engine): %w", err)
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = c.Run(rctx)
-	}()
-	return c, func() {
-		cancel()
-		<-done
-		c.Close()
-	}, nil
+	return c, nil
 }

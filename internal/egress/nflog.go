@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -185,9 +186,10 @@ func nflogGroups(network string, subnet netip.Prefix) []uint16 {
 
 // nflogConn is a NETLINK_NETFILTER socket bound to one nfnetlink_log group.
 type nflogConn struct {
-	f     *os.File
-	rc    syscall.RawConn
-	group uint16
+	f      *os.File
+	rc     syscall.RawConn
+	group  uint16
+	closed atomic.Bool
 }
 
 // openNflog binds the first free group of groups.
@@ -328,9 +330,17 @@ func (c *nflogConn) read(buf []byte) (int, error) {
 		return rerr != unix.EAGAIN && rerr != unix.EWOULDBLOCK
 	})
 	if err != nil {
+		if c.closed.Load() {
+			// RawConn says "use of closed file" (internal/poll's error),
+			// not os.ErrClosed, when close wakes the read.
+			return 0, os.ErrClosed
+		}
 		return 0, err
 	}
 	return n, rerr
 }
 
-func (c *nflogConn) close() error { return c.f.Close() }
+func (c *nflogConn) close() error {
+	c.closed.Store(true)
+	return c.f.Close()
+}

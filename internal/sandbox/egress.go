@@ -135,7 +135,13 @@ func (m *Manager) SetEgress(ctx context.Context, id string, p wire.EgressPolicy)
 	if sb.Egress == nil {
 		return sb, fmt.Errorf("sandbox %s was created before egress control; recreate it to set a policy: %w", id, errdefs.ErrConflict)
 	}
-	ctx = context.WithoutCancel(ctx)
+	// The transition finishes even if its caller hangs up; the daemon's
+	// shutdown waits for it.
+	ctx, end, err := m.opts.Ops.Detach(ctx)
+	if err != nil {
+		return sb, err
+	}
+	defer end()
 	if err := m.opts.Egress.Apply(ctx, id, p); err != nil {
 		return sb, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/keyedmutex"
 	"github.com/hotcell/hotcell/internal/redact"
 	"github.com/hotcell/hotcell/internal/store"
@@ -52,6 +53,10 @@ type Options struct {
 	Log    *slog.Logger
 	// Lifecycle configures timeouts, the reaper and the reconciler.
 	Lifecycle LifecycleOptions
+	// Ops owns the work that outlives a request (create, destroy and the
+	// other transitions): the daemon waits for it at shutdown and cancels
+	// it after the grace period. Nil: a group of the manager's own.
+	Ops *inflight.Group
 	// Gateway, when set, mints LLM gateway tokens at create (gateway.go).
 	Gateway GatewayHook
 	// Stats reads a box's counters for Manager.Stats (stats.go); nil
@@ -83,6 +88,9 @@ func New(drv driver.Driver, st Store, opts Options) *Manager {
 	}
 	if opts.SetupTimeout == 0 {
 		opts.SetupTimeout = 10 * time.Minute
+	}
+	if opts.Ops == nil {
+		opts.Ops = inflight.New()
 	}
 	if opts.GitTimeout == 0 {
 		opts.GitTimeout = 10 * time.Minute
@@ -160,6 +168,13 @@ type CreateOptions struct {
 // run dir, no record.
 func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co CreateOptions) (wire.Sandbox, error) {
 	progress := co.Progress
+	// Registered before anything is read or made: a create that comes
+	// after shutdown began is refused whole.
+	ctx, end, err := m.opts.Ops.Begin(ctx)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
+	defer end()
 	image := req.Image
 	if image == "" {
 		image = m.opts.DefaultImage
@@ -197,15 +212,27 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	log := m.log.With("sandbox", sb.ID)
 
 	// A create outlives a client that hangs up half-way: it either finishes
-	// or cleans up after itself, never leaves half a sandbox.
-	ctx = context.WithoutCancel(ctx)
+	// or cleans up after itself, never leaves half a sandbox. Only the
+	// daemon's shutdown ends it early, after its grace period (Ops).
+	ctx, endDetached, err := m.opts.Ops.Detach(ctx)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
+	defer endDetached()
 	if err := m.store.Put(ctx, sb); err != nil {
 		return wire.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
 	fail := func(err error) (wire.Sandbox, error) {
+		if cause := context.Cause(ctx); cause != nil {
+			err = fmt.Errorf("%w (%w; the create was cancelled and removed)", err, cause)
+		}
+		// The clean-up runs also when the shutdown cancelled the create,
+		// bounded on its own: the daemon waits for it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
 		log.Warn("create failed, cleaning up", "err", err)
-		m.Event(ctx, sb.ID, wire.SandboxEventError, "create failed: "+err.Error(), nil)
-		if cerr := m.teardown(ctx, sb.ID); cerr != nil {
+		m.Event(cctx, sb.ID, wire.SandboxEventError, "create failed: "+err.Error(), nil)
+		if cerr := m.teardown(cctx, sb.ID); cerr != nil {
 			log.Error("clean up after failed create", "err", cerr)
 		}
 		return wire.Sandbox{}, err
@@ -360,10 +387,15 @@ func (m *Manager) Count(ctx context.Context) (int, error) { return m.store.Count
 // Destroy removes a sandbox and all it owns. Destroying one that does not
 // exist succeeds.
 func (m *Manager) Destroy(ctx context.Context, id string) error {
+	// A destroy that started finishes even if its caller hangs up; the
+	// daemon's shutdown waits for it.
+	ctx, end, err := m.opts.Ops.Detach(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
 	unlock := m.lock(id)
 	defer unlock()
-	// A destroy that started finishes even if its caller hangs up.
-	ctx = context.WithoutCancel(ctx)
 	if _, err := m.store.Get(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
 		// No record: still remove anything of ours by that id.
 		return m.teardown(ctx, id)
@@ -391,7 +423,13 @@ func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
 	if noop, err := checkTransition(id, sb.State, OpStart); err != nil || noop {
 		return m.withDeadlines(sb), err
 	}
-	ctx = context.WithoutCancel(ctx)
+	// The transition finishes even if its caller hangs up; the daemon's
+	// shutdown waits for it.
+	ctx, end, err := m.opts.Ops.Detach(ctx)
+	if err != nil {
+		return sb, err
+	}
+	defer end()
 	conn, err := m.listen(id)
 	if err != nil {
 		return sb, err
@@ -423,7 +461,13 @@ func (m *Manager) Stop(ctx context.Context, id string) (wire.Sandbox, error) {
 	if noop, err := checkTransition(id, sb.State, OpStop); err != nil || noop {
 		return m.withDeadlines(sb), err
 	}
-	ctx = context.WithoutCancel(ctx)
+	// The transition finishes even if its caller hangs up; the daemon's
+	// shutdown waits for it.
+	ctx, end, err := m.opts.Ops.Detach(ctx)
+	if err != nil {
+		return sb, err
+	}
+	defer end()
 	if p, ok := m.drv.(driver.Pauser); ok && sb.State == wire.StatePaused {
 		if err := p.Unpause(ctx, id); err != nil {
 			return sb, fmt.Errorf("unpause sandbox %s before stop: %w", id, err)
@@ -547,3 +591,7 @@ func (m *Manager) Close() {
 		c.Close()
 	}
 }
+
+// cleanupTimeout bounds the removal of what a failed create made, also
+// when the daemon's shutdown cancelled the create.
+const cleanupTimeout = 30 * time.Second

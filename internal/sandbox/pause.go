@@ -25,8 +25,13 @@ func (m *Manager) Pause(ctx context.Context, id string) (wire.Sandbox, error) {
 	if noop, err := checkTransition(id, sb.State, OpPause); err != nil || noop {
 		return m.withDeadlines(sb), err
 	}
-	// A pause that started finishes even if its caller hangs up.
-	ctx = context.WithoutCancel(ctx)
+	// The transition finishes even if its caller hangs up; the daemon's
+	// shutdown waits for it.
+	ctx, end, err := m.opts.Ops.Detach(ctx)
+	if err != nil {
+		return sb, err
+	}
+	defer end()
 	if err := p.Pause(ctx, id); err != nil {
 		return sb, fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
@@ -54,7 +59,13 @@ func (m *Manager) Resume(ctx context.Context, id string) (wire.Sandbox, error) {
 	if noop, err := checkTransition(id, sb.State, OpResume); err != nil || noop {
 		return m.withDeadlines(sb), err
 	}
-	ctx = context.WithoutCancel(ctx)
+	// The transition finishes even if its caller hangs up; the daemon's
+	// shutdown waits for it.
+	ctx, end, err := m.opts.Ops.Detach(ctx)
+	if err != nil {
+		return sb, err
+	}
+	defer end()
 	if err := p.Unpause(ctx, id); err != nil {
 		return sb, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}

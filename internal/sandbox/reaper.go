@@ -13,11 +13,10 @@ import (
 // eventRetention is how long the event log of a destroyed sandbox stays.
 const eventRetention = 24 * time.Hour
 
-// StartBackground starts the reaper (timeouts) and the reconciler (orphans,
-// boxes changed behind the daemon's back, engine restarts). Call it after
-// Recover; the returned stop ends them and waits for actions in flight.
-func (m *Manager) StartBackground() (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
+// RunBackground runs the reaper (timeouts) and the reconciler (orphans,
+// boxes changed behind the daemon's back, engine restarts) until ctx ends,
+// then waits for the actions in flight. Call it after Recover.
+func (m *Manager) RunBackground(ctx context.Context) error {
 	l := m.life
 	kick := make(chan struct{}, 1)
 	l.wg.Add(3)
@@ -33,10 +32,9 @@ func (m *Manager) StartBackground() (stop func()) {
 		defer l.wg.Done()
 		m.watchBackend(ctx, kick)
 	}()
-	return func() {
-		cancel()
-		l.wg.Wait()
-	}
+	<-ctx.Done()
+	l.wg.Wait()
+	return nil
 }
 
 func (m *Manager) reapLoop(ctx context.Context) {

@@ -283,6 +283,26 @@ func (d *Daemon) PID() int {
 	return d.cmd.Process.Pid
 }
 
+// LogSize is how many bytes the daemon's log (all its runs) has so far;
+// LogsSince(LogSize()) taken before a Restart is what the new run logs.
+func (d *Daemon) LogSize() int64 {
+	fi, err := os.Stat(d.logPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// LogsSince returns the whole daemon log from byte off on.
+func (d *Daemon) LogsSince(off int64) string {
+	b, _ := os.ReadFile(d.logPath)
+	if off > int64(len(b)) {
+		return ""
+	}
+	return string(b[off:])
+}
+
+// Logs returns the tail of the daemon's log.
 func (d *Daemon) Logs() string {
 	b, _ := os.ReadFile(d.logPath)
 	if len(b) > 20000 {
