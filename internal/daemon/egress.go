@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -25,6 +26,10 @@ func startEgress(ctx context.Context, cfg config.Config, drv driver.Networker, l
 		Log:         log,
 	})
 	if err := c.Start(ctx); err != nil {
+		c.Close()
+		if errors.Is(err, egress.ErrNetworkInUse) {
+			return nil, fmt.Errorf("start egress control: %w", err)
+		}
 		return nil, fmt.Errorf("start egress control (the daemon needs root, iptables and a running Docker Engine): %w", err)
 	}
 	return c, nil

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coreos/go-iptables/iptables"
@@ -108,13 +109,27 @@ func New(drv driver.Networker, cfg Config) *Controller {
 	return c
 }
 
-// Start makes the network, the base firewall rules and the resolver.
+// ErrNetworkInUse says that another daemon serves the egress network.
+var ErrNetworkInUse = errors.New("egress network in use")
+
+// Start makes the network, the base firewall rules and the resolver. Call
+// Close also when it fails: it releases what it took.
 func (c *Controller) Start(ctx context.Context) error {
 	gw, err := c.drv.EnsureNetwork(ctx, c.cfg.Network, c.cfg.Subnet)
 	if err != nil {
 		return fmt.Errorf("egress network: %w", err)
 	}
 	c.gateway = gw
+	// The resolver's address first, before any rule changes: a daemon
+	// already on this network holds it, and its rules must stay its own.
+	dnsAddr := netip.AddrPortFrom(gw, dnsPort).String()
+	if err := c.dns.bind(dnsAddr); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("the egress network %s (subnet %s) is in use: its DNS address %s is taken, most likely by another hotcell daemon on this host; give this daemon a network of its own with --egress-network and --egress-subnet (HOTCELL_EGRESS_NETWORK, HOTCELL_EGRESS_SUBNET): %w",
+				c.cfg.Network, c.cfg.Subnet, dnsAddr, ErrNetworkInUse)
+		}
+		return fmt.Errorf("egress resolver: %w", err)
+	}
 	ipt, err := iptables.New()
 	if err != nil {
 		return fmt.Errorf("egress firewall: iptables: %w", err)
@@ -135,7 +150,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if _, err := c.fw.ensureBase(); err != nil {
 		return fmt.Errorf("egress firewall: %w", err)
 	}
-	if err := c.dns.start(netip.AddrPortFrom(gw, dnsPort).String()); err != nil {
+	if err := c.dns.serve(); err != nil {
 		return fmt.Errorf("egress resolver: %w", err)
 	}
 	c.log.Info("egress ready", "network", c.cfg.Network, "subnet", c.cfg.Subnet, "gateway", gw,

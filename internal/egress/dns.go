@@ -51,40 +51,62 @@ type resolver struct {
 
 	mu      sync.Mutex
 	servers []*dns.Server
+	pc      net.PacketConn // bound, not yet served
+	ln      net.Listener
 }
 
 // maxLearnTTL bounds how long one answer opens an address, whatever TTL
 // the upstream claims.
 const maxLearnTTL = time.Hour
 
-func (r *resolver) start(addr string) error {
+// bind takes the resolver's UDP and TCP sockets on addr without answering
+// on them yet: the controller binds first, so that an address another
+// daemon holds is found before anything else is changed.
+func (r *resolver) bind(addr string) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for dns on %s/udp: %w", addr, err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		pc.Close()
+		return fmt.Errorf("listen for dns on %s/tcp: %w", addr, err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, netw := range []string{"udp", "tcp"} {
+	r.pc, r.ln = pc, ln
+	return nil
+}
+
+// serve answers on the sockets bind took.
+func (r *resolver) serve() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pc == nil || r.ln == nil {
+		return errors.New("dns: serve before bind")
+	}
+	for _, srv := range []*dns.Server{
+		{PacketConn: r.pc, Net: "udp", Handler: r, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second},
+		{Listener: r.ln, Net: "tcp", Handler: r, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second},
+	} {
 		started := make(chan error, 1)
-		srv := &dns.Server{
-			Addr:              addr,
-			Net:               netw,
-			Handler:           r,
-			NotifyStartedFunc: func() { started <- nil },
-			ReadTimeout:       5 * time.Second,
-			WriteTimeout:      5 * time.Second,
-		}
+		srv.NotifyStartedFunc = func() { started <- nil }
 		go func() {
-			if err := srv.ListenAndServe(); err != nil {
+			if err := srv.ActivateAndServe(); err != nil {
 				select {
 				case started <- err:
 				default:
-					r.log.Error("dns server stopped", "net", netw, "err", err)
+					r.log.Error("dns server stopped", "net", srv.Net, "err", err)
 				}
 			}
 		}()
 		if err := <-started; err != nil {
 			r.shutdownLocked()
-			return fmt.Errorf("listen for dns on %s/%s: %w", addr, netw, err)
+			return fmt.Errorf("serve dns over %s: %w", srv.Net, err)
 		}
 		r.servers = append(r.servers, srv)
 	}
+	r.pc, r.ln = nil, nil // the servers own them now
 	return nil
 }
 
@@ -99,6 +121,11 @@ func (r *resolver) shutdownLocked() {
 		_ = s.Shutdown()
 	}
 	r.servers = nil
+	if r.pc != nil {
+		r.pc.Close()
+		r.ln.Close()
+		r.pc, r.ln = nil, nil
+	}
 }
 
 // ServeDNS answers one query.

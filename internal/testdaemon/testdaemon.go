@@ -45,6 +45,7 @@ type Daemon struct {
 	// so that daemons of parallel tests do not share a resolver address.
 	EgressNetwork string
 	EgressSubnet  netip.Prefix
+	ownsEgress    bool
 	args          []string
 }
 
@@ -56,6 +57,10 @@ type Options struct {
 	// upstream is 127.0.0.1:1, where nothing answers, so that no test
 	// daemon forwards a sandbox's DNS query off the host.
 	Args []string
+	// ShareEgressOf, when set, puts this daemon on that daemon's egress
+	// network and subnet instead of a network of its own, which it then
+	// leaves in place on Close.
+	ShareEgressOf *Daemon
 }
 
 // Start starts hotcell serve on a fresh data dir, for t alone: t's
@@ -71,6 +76,37 @@ func StartWith(t testing.TB, opts Options) *Daemon {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// StartFailing runs hotcell serve as StartWith does and waits for it to
+// exit, which it must within two minutes; it returns how it exited and its
+// log. Tests of what the daemon refuses at start use it.
+func StartFailing(t testing.TB, opts Options) (exitErr error, log string) {
+	t.Helper()
+	d, err := newDaemon(prepare(t), opts, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(d.DataDir)
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := d.command(logf)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start hotcell serve: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case exitErr = <-done:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("hotcell serve was expected to fail at start but ran for two minutes\n%s", d.Logs())
+	}
+	return exitErr, d.Logs()
 }
 
 var shared struct {
@@ -118,6 +154,19 @@ func prepare(t testing.TB) env {
 }
 
 func launch(e env, opts Options, owner testing.TB) (*Daemon, error) {
+	d, err := newDaemon(e, opts, owner)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.start(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// newDaemon makes a daemon's data dir and flags; start runs it.
+func newDaemon(e env, opts Options, owner testing.TB) (*Daemon, error) {
 	dir, err := os.MkdirTemp("/tmp", "hc")
 	if err != nil {
 		return nil, err
@@ -140,20 +189,36 @@ func launch(e env, opts Options, owner testing.TB) (*Daemon, error) {
 			return fail(err)
 		}
 	}
-	if d.EgressSubnet, err = freeEgressSubnet(); err != nil {
-		return fail(err)
+	if o := opts.ShareEgressOf; o != nil {
+		d.EgressNetwork, d.EgressSubnet = o.EgressNetwork, o.EgressSubnet
+	} else {
+		if d.EgressSubnet, err = freeEgressSubnet(); err != nil {
+			return fail(err)
+		}
+		d.EgressNetwork = "hc-t-" + filepath.Base(dir)
+		d.ownsEgress = true
 	}
-	d.EgressNetwork = "hc-t-" + filepath.Base(dir)
 	d.args = append([]string{
 		"--egress-network", d.EgressNetwork,
 		"--egress-subnet", d.EgressSubnet.String(),
 		"--egress-dns-upstream", "127.0.0.1:1",
 	}, opts.Args...)
-	if err := d.start(); err != nil {
-		d.Close()
-		return nil, err
-	}
 	return d, nil
+}
+
+// command is the `hotcell serve` command of d, logging to logf.
+func (d *Daemon) command(logf *os.File) *exec.Cmd {
+	cmd := exec.Command(d.bin, "serve",
+		"--listen", d.Addr,
+		"--data-dir", d.DataDir,
+		"--agent-binary", d.agent,
+		"--default-image", d.Image,
+		"--log-level", "debug",
+	)
+	cmd.Args = append(cmd.Args, d.args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	return cmd
 }
 
 func freeAddr() (string, error) {
@@ -202,16 +267,7 @@ func (d *Daemon) start() error {
 	if err != nil {
 		return err
 	}
-	d.cmd = exec.Command(d.bin, "serve",
-		"--listen", d.Addr,
-		"--data-dir", d.DataDir,
-		"--agent-binary", d.agent,
-		"--default-image", d.Image,
-		"--log-level", "debug",
-	)
-	d.cmd.Args = append(d.cmd.Args, d.args...)
-	d.cmd.Stdout = logf
-	d.cmd.Stderr = logf
+	d.cmd = d.command(logf)
 	if err := d.cmd.Start(); err != nil {
 		logf.Close()
 		d.cmd = nil
@@ -326,7 +382,7 @@ func (d *Daemon) Close() {
 		}
 		d.stop(syscall.SIGTERM)
 	}
-	if d.EgressNetwork != "" {
+	if d.ownsEgress {
 		// Sandboxes outlive a daemon, so it leaves its network; a test's
 		// daemon is the last user of its own.
 		if err := egress.Teardown(d.EgressNetwork, d.EgressSubnet); err != nil {
