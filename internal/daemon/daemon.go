@@ -95,6 +95,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if err != nil {
 		return err
 	}
+	if gwListener != nil {
+		defer gwListener.Close() // its server's, unless the start fails before it serves
+	}
 	// The sampler keeps each sandbox's previous reading, so CPU % is a
 	// delta whoever asks: an API call, a stream or a metrics scrape.
 	sampler := metrics.NewSampler(drv)
@@ -184,7 +187,14 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		g.Go(func() error { return serve("llm gateway", gwServer, gwListener) })
 	}
 	g.Go(func() error { return eg.Run(services) })
-	g.Go(func() error { return gw.Run(services) }) // flushes usage when it ends
+	g.Go(func() error {
+		// Its last flush, at the end, fails only the usage it could not
+		// write; the daemon still stops cleanly.
+		if err := gw.Run(services); err != nil {
+			log.Warn("write gateway usage", "err", err)
+		}
+		return nil
+	})
 	g.Go(func() error { return mgr.RunBackground(loops) })
 	g.Go(func() error {
 		<-gctx.Done()
