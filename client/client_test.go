@@ -129,7 +129,7 @@ func TestRequestShapes(t *testing.T) {
 		{
 			name: "mkdir",
 			call: func(ctx context.Context, c *Client) (any, error) {
-				return c.Mkdir(ctx, "sb1", MkdirRequest{Path: "d", Parents: true, Mode: "0700"})
+				return c.Mkdir(ctx, "sb1", MkdirRequest{Path: "d", Parents: true, Mode: Mode(0o700)})
 			},
 			wantMethod: "POST", wantURI: "/v1/sandboxes/sb1/fs/mkdir", wantBody: `{"path":"d","parents":true,"mode":"0700"}`,
 			reply: FileInfo{Name: "d"}, status: 200, want: FileInfo{Name: "d"},

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // RangeOptions selects part of a file for ReadFile.
@@ -41,6 +43,9 @@ func (c *Client) ReadFile(ctx context.Context, id, path string, rng *RangeOption
 	return resp.Body, nil
 }
 
+// Mode returns m for MkdirRequest.Mode, where nil means the default.
+func Mode(m FileMode) *FileMode { return &m }
+
 // WriteFile writes r to a file in a sandbox, replacing it atomically. The
 // content is streamed, never held whole in memory. A zero mode leaves the
 // choice to the daemon (0644 for a new file).
@@ -52,7 +57,7 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mo
 	}
 	q := url.Values{"path": {path}}
 	if mode != 0 {
-		q.Set("mode", formatMode(mode))
+		q.Set("mode", wire.FileModeOf(mode).String())
 	}
 	if r == nil {
 		r = http.NoBody
@@ -163,20 +168,4 @@ func (c *Client) GetArchive(ctx context.Context, id, dir string) (io.ReadCloser,
 		return nil, err
 	}
 	return resp.Body, nil
-}
-
-// formatMode renders permission bits, with setuid, setgid and sticky, in
-// the octal form the API takes ("0755").
-func formatMode(m fs.FileMode) string {
-	v := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		v |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		v |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		v |= 0o1000
-	}
-	return fmt.Sprintf("%04o", v)
 }

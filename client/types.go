@@ -22,6 +22,7 @@ type (
 	FileInfo             = wire.FileInfo
 	FileList             = wire.FileList
 	MkdirRequest         = wire.MkdirRequest
+	FileMode             = wire.FileMode
 	MoveRequest          = wire.MoveRequest
 	WriteResult          = wire.WriteResult
 	HostInfo             = wire.HostInfo

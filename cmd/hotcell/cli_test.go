@@ -101,9 +101,9 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && r.URL.Path == "/v1/sandboxes/sb1/fs/stat":
 		switch {
 		case f.dirs[p]:
-			jsonReply(w, 200, client.FileInfo{Name: path.Base(p), Path: p, Type: client.FileTypeDir, Mode: "0755"})
+			jsonReply(w, 200, client.FileInfo{Name: path.Base(p), Path: p, Type: client.FileTypeDir, Mode: 0o755})
 		case f.files[p] != nil:
-			jsonReply(w, 200, client.FileInfo{Name: path.Base(p), Path: p, Type: client.FileTypeFile, Mode: "0640", Size: int64(len(f.files[p]))})
+			jsonReply(w, 200, client.FileInfo{Name: path.Base(p), Path: p, Type: client.FileTypeFile, Mode: 0o640, Size: int64(len(f.files[p]))})
 		default:
 			errReply(w, 404, "not_found", p+": not found")
 		}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -101,11 +100,8 @@ func (a *app) download(ctx context.Context, c *client.Client, id, srcPath, dst s
 	if err := checkOverwrite(target, isDir, existing != nil, existing != nil && existing.IsDir()); err != nil {
 		return err
 	}
-	mode := fs.FileMode(0o644)
-	if m, err := strconv.ParseUint(st.Mode, 8, 32); err == nil {
-		// No setuid, setgid or sticky bits from a sandbox onto this host.
-		mode = fs.FileMode(m).Perm()
-	}
+	// No setuid, setgid or sticky bits from a sandbox onto this host.
+	mode := st.Mode.Perm()
 	if !isDir {
 		rc, err := c.ReadFile(ctx, id, st.Path, nil)
 		if err != nil {
@@ -180,7 +176,7 @@ func (a *app) upload(ctx context.Context, c *client.Client, src, id, dstPath str
 		return err
 	}
 	if existing == nil {
-		if _, err := c.Mkdir(ctx, id, client.MkdirRequest{Path: target, Mode: fmt.Sprintf("%04o", uint32(fi.Mode().Perm()))}); err != nil {
+		if _, err := c.Mkdir(ctx, id, client.MkdirRequest{Path: target, Mode: client.Mode(client.FileMode(fi.Mode().Perm()))}); err != nil {
 			return err
 		}
 	}

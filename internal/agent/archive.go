@@ -246,7 +246,7 @@ func (x *extractor) entry(hdr *tar.Header, body io.Reader) error {
 		return err
 	}
 	target := filepath.Join(x.root, rel)
-	mode := fileMode(uint32(hdr.Mode) & 0o7777)
+	mode := wire.FileMode(hdr.Mode & 0o7777).FS()
 
 	// Whatever exists at the target is replaced, never written through,
 	// except a directory, which only a directory may replace.

@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
-	"github.com/hotcell/hotcell/internal/fspath"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -61,7 +60,7 @@ func (h *handler) readFile(w http.ResponseWriter, r *http.Request) error {
 		src = io.LimitReader(f, rng.length)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("X-Hotcell-Mode", fspath.FormatMode(unixMode(fi.Mode())))
+	w.Header().Set("X-Hotcell-Mode", wire.FileModeOf(fi.Mode()).String())
 	w.Header().Set("Last-Modified", fi.ModTime().UTC().Format(http.TimeFormat))
 	if size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
@@ -77,36 +76,6 @@ func (h *handler) readFile(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// unixMode renders os.FileMode bits as the permission bits wire uses.
-func unixMode(m os.FileMode) uint32 {
-	v := uint32(m.Perm())
-	if m&os.ModeSetuid != 0 {
-		v |= 0o4000
-	}
-	if m&os.ModeSetgid != 0 {
-		v |= 0o2000
-	}
-	if m&os.ModeSticky != 0 {
-		v |= 0o1000
-	}
-	return v
-}
-
-// fileMode is the inverse of unixMode.
-func fileMode(v uint32) os.FileMode {
-	m := os.FileMode(v & 0o777)
-	if v&0o4000 != 0 {
-		m |= os.ModeSetuid
-	}
-	if v&0o2000 != 0 {
-		m |= os.ModeSetgid
-	}
-	if v&0o1000 != 0 {
-		m |= os.ModeSticky
-	}
-	return m
-}
-
 // writeFile replaces a file atomically: the body goes to a temp file beside
 // the target, is synced, and renamed over it, so readers see the old or the
 // new content and a failed write leaves the old file as it was.
@@ -117,9 +86,11 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	modeGiven := q.Has("mode")
-	mode, err := fspath.ParseMode("mode", q.Get("mode"), 0o644)
-	if err != nil {
-		return err
+	mode := wire.FileMode(0o644)
+	if modeGiven {
+		if mode, err = wire.ParseFileMode(q.Get("mode")); err != nil {
+			return errdefs.Invalid("mode", "%v", err)
+		}
 	}
 	if p == "/" {
 		return errdefs.Invalid("path", "/ is a directory")
@@ -141,7 +112,7 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.Invalid("path", "%s is a directory", p)
 	case err == nil:
 		if !modeGiven {
-			mode = unixMode(existing.Mode())
+			mode = wire.FileModeOf(existing.Mode())
 		}
 	case !errors.Is(err, os.ErrNotExist):
 		return fsErr("write", p, err)
@@ -172,7 +143,7 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 		}
 		return classErr(errdefs.ErrInvalidArgument, "write %s: read request body: %v", p, err)
 	}
-	if err := tmp.Chmod(fileMode(mode)); err != nil {
+	if err := tmp.Chmod(mode.FS()); err != nil {
 		return fsErr("write", p, err)
 	}
 	if existing != nil {
@@ -180,7 +151,7 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 			// Keep the owner; only root can give files away, so an
 			// error here just means the new file is ours.
 			_ = tmp.Chown(int(st.Uid), int(st.Gid))
-			_ = tmp.Chmod(fileMode(mode)) // chown clears setuid bits
+			_ = tmp.Chmod(mode.FS()) // chown clears setuid bits
 		}
 	}
 	if err := tmp.Sync(); err != nil {

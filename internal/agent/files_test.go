@@ -208,8 +208,8 @@ func TestFS(t *testing.T) {
 	t.Parallel()
 	a := newTestAgent(t)
 	var info wire.FileInfo
-	a.call("POST", "/v1/fs/mkdir", nil, wire.MkdirRequest{Path: "top", Mode: "0700"}, 200, &info)
-	if info.Type != wire.FileTypeDir || info.Mode != "0700" || info.Name != "top" {
+	a.call("POST", "/v1/fs/mkdir", nil, map[string]any{"path": "top", "mode": "0700"}, 200, &info)
+	if info.Type != wire.FileTypeDir || info.Mode != 0o700 || info.Name != "top" {
 		t.Errorf("mkdir: got %+v", info)
 	}
 	a.callErr("POST", "/v1/fs/mkdir", nil, wire.MkdirRequest{Path: "top"}, 409, "exists")
@@ -218,7 +218,7 @@ func TestFS(t *testing.T) {
 	a.callErr("POST", "/v1/fs/mkdir", nil, wire.MkdirRequest{Path: "x/y"}, 404, "no such file")
 	a.call("PUT", "/v1/files", q("path", "top/file"), "hello", 200, nil)
 	a.callErr("POST", "/v1/fs/mkdir", nil, wire.MkdirRequest{Path: "top/file", Parents: true}, 409, "file exists")
-	a.callErr("POST", "/v1/fs/mkdir", nil, wire.MkdirRequest{Path: "z", Mode: "8"}, 400, "mode")
+	a.callErr("POST", "/v1/fs/mkdir", nil, map[string]string{"path": "z", "mode": "8"}, 400, "mode")
 	if err := os.Symlink("file", filepath.Join(a.ws, "top/zlink")); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
-	"github.com/hotcell/hotcell/internal/fspath"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -19,7 +18,7 @@ func fileInfo(p string, fi os.FileInfo) wire.FileInfo {
 		Name:    fi.Name(),
 		Path:    p,
 		Size:    fi.Size(),
-		Mode:    fspath.FormatMode(unixMode(fi.Mode())),
+		Mode:    wire.FileModeOf(fi.Mode()),
 		ModTime: fi.ModTime().UTC(),
 	}
 	switch m := fi.Mode(); {
@@ -88,9 +87,9 @@ func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	mode, err := fspath.ParseMode("mode", req.Mode, 0o755)
-	if err != nil {
-		return err
+	mode := wire.FileMode(0o755)
+	if req.Mode != nil {
+		mode = *req.Mode
 	}
 	if fi, err := os.Lstat(p); err == nil {
 		switch {
@@ -105,13 +104,13 @@ func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) error {
 	if req.Parents {
 		err = os.MkdirAll(p, 0o755)
 	} else {
-		err = os.Mkdir(p, fileMode(mode))
+		err = os.Mkdir(p, mode.FS())
 	}
 	if err != nil {
 		return fsErr("mkdir", p, err)
 	}
 	// The umask applied at creation; set what was asked for.
-	if err := os.Chmod(p, fileMode(mode)); err != nil {
+	if err := os.Chmod(p, mode.FS()); err != nil {
 		return fsErr("mkdir", p, err)
 	}
 	fi, err := os.Lstat(p)

@@ -129,7 +129,7 @@ func FuzzQueryParams(f *testing.F) {
 			}
 		}
 		_, _ = queryBool(q, "recursive")
-		if m, err := fspath.ParseMode("mode", q.Get("mode"), 0o644); err == nil && m > 0o7777 {
+		if m, err := wire.ParseFileMode(q.Get("mode")); err == nil && m > 0o7777 {
 			t.Fatalf("%q: accepted mode %o", raw, m)
 		}
 		h := &handler{workspace: "/workspace"}

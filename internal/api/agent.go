@@ -93,11 +93,11 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if m := r.URL.Query().Get("mode"); m != "" {
-		mode, err := fspath.ParseMode("mode", m, 0)
+		mode, err := wire.ParseFileMode(m)
 		if err != nil {
-			return err
+			return errdefs.Invalid("mode", "%v", err)
 		}
-		q.Set("mode", fspath.FormatMode(mode))
+		q.Set("mode", mode.String())
 	}
 	return s.forward(w, r, id, http.MethodPut, "/v1/files", q, r.Body, r.ContentLength, false)
 }
@@ -157,13 +157,6 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Path, err = fspath.Resolve("path", req.Path); err != nil {
 		return err
-	}
-	if req.Mode != "" {
-		mode, err := fspath.ParseMode("mode", req.Mode, 0)
-		if err != nil {
-			return err
-		}
-		req.Mode = fspath.FormatMode(mode)
 	}
 	return s.forwardJSON(w, r, id, "/v1/fs/mkdir", req)
 }

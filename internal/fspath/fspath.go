@@ -3,9 +3,7 @@
 package fspath
 
 import (
-	"fmt"
 	"path"
-	"strconv"
 	"strings"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -34,19 +32,3 @@ func Resolve(field, p string) (string, error) {
 	}
 	return path.Clean(p), nil
 }
-
-// ParseMode parses an octal permission string such as "0644" or "755".
-// Empty returns def.
-func ParseMode(field, s string, def uint32) (uint32, error) {
-	if s == "" {
-		return def, nil
-	}
-	v, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || v > 0o7777 {
-		return 0, errdefs.Invalid(field, "mode %q is not an octal permission between 0000 and 7777", s)
-	}
-	return uint32(v), nil
-}
-
-// FormatMode renders permission bits as ParseMode reads them.
-func FormatMode(m uint32) string { return fmt.Sprintf("%04o", m&0o7777) }

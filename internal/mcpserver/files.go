@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // file_read returns readDefault bytes unless asked for more, and never more
@@ -154,7 +154,7 @@ Missing parent directories are created. For binary content, pass it base64-encod
 		}
 		for _, e := range entries {
 			out.Entries = append(out.Entries, entryOut{
-				Name: e.Name, Type: e.Type, Size: e.Size, Mode: e.Mode,
+				Name: e.Name, Type: e.Type, Size: e.Size, Mode: e.Mode.String(),
 				ModTime: e.ModTime.UTC().Format(time.RFC3339), LinkTarget: e.LinkTarget,
 			})
 		}
@@ -224,20 +224,11 @@ func parseMode(s string) (fs.FileMode, error) {
 	if s == "" {
 		return 0, nil
 	}
-	v, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || v > 0o7777 {
-		return 0, fmt.Errorf("mode %q: want octal permission bits such as 0644 or 0755", s)
+	v, err := wire.ParseFileMode(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w; want octal permission bits such as 0644 or 0755", err)
 	}
-	m := fs.FileMode(v & 0o777)
-	if v&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if v&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if v&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
+	m := v.FS()
 	if m == 0 {
 		// WriteFile reads 0 as "the default"; the API rejects nothing for 0000.
 		return 0, fmt.Errorf("mode %q: a file nobody may read or write is surely a mistake; give e.g. 0644", s)

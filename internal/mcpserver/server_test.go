@@ -188,7 +188,7 @@ func TestFileReadPages(t *testing.T) {
 	content := strings.Repeat("0123456789", 10_000) // 100000 bytes
 	api := http.NewServeMux()
 	api.HandleFunc("GET /v1/sandboxes/{id}/fs/stat", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(wire.FileInfo{Name: "f", Path: "/workspace/f", Type: wire.FileTypeFile, Size: int64(len(content)), Mode: "0644"})
+		json.NewEncoder(w).Encode(wire.FileInfo{Name: "f", Path: "/workspace/f", Type: wire.FileTypeFile, Size: int64(len(content)), Mode: 0o644})
 	})
 	api.HandleFunc("GET /v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
 		off, _ := strconv.Atoi(r.URL.Query().Get("offset"))

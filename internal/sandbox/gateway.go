@@ -106,10 +106,11 @@ func (m *Manager) writeFile(ctx context.Context, id, file string, data []byte) e
 	if !ok {
 		return fmt.Errorf("sandbox %s has no agent connection: %w", id, errdefs.ErrUnavailable)
 	}
-	if err := conn.DoJSON(ctx, http.MethodPost, "/v1/fs/mkdir", wire.MkdirRequest{Path: path.Dir(file), Parents: true, Mode: "0700"}, nil); err != nil {
+	private := wire.FileMode(0o700)
+	if err := conn.DoJSON(ctx, http.MethodPost, "/v1/fs/mkdir", wire.MkdirRequest{Path: path.Dir(file), Parents: true, Mode: &private}, nil); err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/files?"+url.Values{"path": {file}, "mode": {"0600"}}.Encode(), bytes.NewReader(data))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/files?"+url.Values{"path": {file}, "mode": {wire.FileMode(0o600).String()}}.Encode(), bytes.NewReader(data))
 	if err != nil {
 		return err
 	}

@@ -166,7 +166,7 @@ type FileInfo struct {
 	Type string `json:"type"`
 	Size int64  `json:"size"`
 	// Mode is the permission bits in octal, e.g. "0644".
-	Mode       string    `json:"mode"`
+	Mode       FileMode  `json:"mode"`
 	ModTime    time.Time `json:"mtime"`
 	LinkTarget string    `json:"linkTarget,omitempty"`
 }
@@ -181,7 +181,8 @@ type FileList struct {
 type MkdirRequest struct {
 	Path    string `json:"path"`
 	Parents bool   `json:"parents,omitempty"`
-	Mode    string `json:"mode,omitempty"`
+	// Mode is the new directory's permission bits; absent means 0755.
+	Mode *FileMode `json:"mode,omitempty"`
 }
 
 // MoveRequest is the body of fs/move.

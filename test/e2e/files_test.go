@@ -66,7 +66,7 @@ func TestFileEdges(t *testing.T) {
 	if got := read("deep/er/file.txt", &client.RangeOptions{Offset: 2, Length: 3}); got != "234" {
 		t.Errorf("range read: got %q, want %q", got, "234")
 	}
-	if st, _ := d.C.Stat(ctx, sb.ID, "deep/er/file.txt"); st.Mode != "0755" {
+	if st, _ := d.C.Stat(ctx, sb.ID, "deep/er/file.txt"); st.Mode != 0o755 {
 		t.Errorf("mode: got %s, want 0755", st.Mode)
 	}
 	// Writing onto a directory is refused and changes nothing.

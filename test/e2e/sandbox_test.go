@@ -71,7 +71,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 
 	st, err := d.C.Stat(ctx, sb.ID, "data/blob.bin")
-	if err != nil || st.Size != int64(len(data)) || st.Type != client.FileTypeFile || st.Mode != "0600" {
+	if err != nil || st.Size != int64(len(data)) || st.Type != client.FileTypeFile || st.Mode != 0o600 {
 		t.Fatalf("stat: got %+v, %v; want a 0600 file of %d bytes", st, err, len(data))
 	}
 	if _, err := d.C.Mkdir(ctx, sb.ID, client.MkdirRequest{Path: "a/b/c", Parents: true}); err != nil {
