@@ -16,18 +16,16 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/clientconfig"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/redact"
 )
 
-// Defaults used by FromEnv.
-const (
-	DefaultURL     = "http://127.0.0.1:8080"
-	DefaultDataDir = "/var/lib/hotcell"
-)
+// DefaultURL is the daemon's URL when neither --url nor HOTCELL_URL is set.
+const DefaultURL = clientconfig.DefaultURL
 
 // maxJSONResponse bounds how much of a JSON answer is decoded, so that a
 // misbehaving server cannot make the client allocate without limit.
@@ -82,13 +80,17 @@ func WithStreamIdleTimeout(d time.Duration) Option {
 func New(baseURL, token string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
 	if err != nil {
-		return nil, fmt.Errorf("parse hotcell url %q: %w", baseURL, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its text repeats the URL, credentials and all
+		}
+		return nil, fmt.Errorf("parse hotcell url %q: %w", redact.URL(baseURL), err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("hotcell url %q: scheme must be http or https", baseURL)
+		return nil, fmt.Errorf("hotcell url %q: scheme must be http or https", redact.URL(baseURL))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("hotcell url %q: no host", baseURL)
+		return nil, fmt.Errorf("hotcell url %q: no host", redact.URL(baseURL))
 	}
 	c := &Client{
 		base:          u,
@@ -112,53 +114,20 @@ func FromEnv(opts ...Option) (*Client, error) {
 }
 
 func fromEnv(getenv func(string) string, opts ...Option) (*Client, error) {
-	base := getenv("HOTCELL_URL")
-	if base == "" {
-		base = DefaultURL
+	s, err := clientconfig.Resolve(clientconfig.Flags{}, getenv)
+	if err != nil {
+		return nil, fmt.Errorf("hotcell token: %w", err)
 	}
-	token := getenv("HOTCELL_TOKEN")
-	if token == "" {
-		path := tokenPath(getenv)
-		t, err := ReadTokenFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("hotcell token: HOTCELL_TOKEN is not set and %w", err)
-		}
-		token = t
-	}
-	return New(base, token, opts...)
+	return New(s.URL, s.Token, opts...)
 }
 
 // TokenPath is the token file FromEnv reads when HOTCELL_TOKEN is unset:
-// $HOTCELL_DATA_DIR/token, or DefaultDataDir/token.
-func TokenPath() string { return tokenPath(os.Getenv) }
-
-func tokenPath(getenv func(string) string) string {
-	dir := getenv("HOTCELL_DATA_DIR")
-	if dir == "" {
-		dir = DefaultDataDir
-	}
-	return filepath.Join(dir, "token")
-}
+// $HOTCELL_DATA_DIR/token, or /var/lib/hotcell/token.
+func TokenPath() string { return clientconfig.TokenPath(os.Getenv) }
 
 // ReadTokenFile reads a token file as the daemon writes it: the token,
 // perhaps followed by a newline.
-func ReadTokenFile(path string) (string, error) {
-	// A token is short; a huge file is not a token file.
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("read token file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return "", fmt.Errorf("read token file %s: %w", path, err)
-	}
-	t := strings.TrimSpace(string(data))
-	if t == "" {
-		return "", fmt.Errorf("token file %s is empty", path)
-	}
-	return t, nil
-}
+func ReadTokenFile(path string) (string, error) { return clientconfig.ReadTokenFile(path, nil) }
 
 // URL returns the daemon's base URL.
 func (c *Client) URL() string { return c.base.String() }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -17,7 +16,8 @@ import (
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/buildinfo"
-	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/clientconfig"
+	"github.com/hotcell/hotcell/internal/redact"
 )
 
 // Exit codes other than a remote command's own.
@@ -37,9 +37,9 @@ type app struct {
 
 	flagURL, flagToken string
 
-	// Set by client(): what was tried, for error messages.
-	baseURL     string
-	tokenSource string
+	// Set by client(): what was tried and where it came from, for error
+	// messages.
+	settings clientconfig.Settings
 	// ran is set once a command's RunE is about to run: errors before that
 	// are about the command line (exit 2), errors after it are not (exit 1).
 	ran bool
@@ -113,56 +113,23 @@ func (a *app) describe(err error) string {
 		if errors.As(err, &opErr) && opErr.Err != nil {
 			cause = opErr.Err.Error()
 		}
-		return fmt.Sprintf("cannot reach the hotcell daemon at %s (%s): start it with `hotcell serve`, or set --url or HOTCELL_URL", a.baseURL, cause)
+		return fmt.Sprintf("cannot reach the hotcell daemon at %s (%s): start it with `hotcell serve`, or %s", redact.URL(a.settings.URL), cause, a.settings.URLHint())
 	}
 	if errors.Is(err, client.ErrUnauthenticated) {
-		return fmt.Sprintf("the token was refused: check %s", a.tokenHint())
+		return fmt.Sprintf("the token was refused: check %s", a.settings.TokenHint())
 	}
 	return err.Error()
-}
-
-func (a *app) tokenHint() string {
-	switch a.tokenSource {
-	case "--token":
-		return "--token"
-	case config.TokenEnv:
-		return config.TokenEnv
-	}
-	return config.TokenEnv + " or " + a.tokenPath()
-}
-
-func (a *app) tokenPath() string {
-	dir := a.getenv("HOTCELL_DATA_DIR")
-	if dir == "" {
-		dir = config.DefaultDataDir
-	}
-	return filepath.Join(dir, "token")
 }
 
 // client builds the API client from --url/HOTCELL_URL and
 // --token/HOTCELL_TOKEN/the token file.
 func (a *app) client() (*client.Client, error) {
-	a.baseURL = a.flagURL
-	if a.baseURL == "" {
-		a.baseURL = a.getenv("HOTCELL_URL")
+	var err error
+	a.settings, err = clientconfig.Resolve(clientconfig.Flags{URL: a.flagURL, Token: a.flagToken}, a.getenv)
+	if err != nil {
+		return nil, fmt.Errorf("%w (or pass --token)", err)
 	}
-	if a.baseURL == "" {
-		a.baseURL = client.DefaultURL
-	}
-	token := a.flagToken
-	a.tokenSource = "--token"
-	if token == "" {
-		a.tokenSource = config.TokenEnv
-		if token = a.getenv(config.TokenEnv); token == "" {
-			a.tokenSource = a.tokenPath()
-			t, err := config.ReadClientToken(a.getenv, "")
-			if err != nil {
-				return nil, fmt.Errorf("%w (or pass --token)", err)
-			}
-			token = t
-		}
-	}
-	return client.New(a.baseURL, token, client.WithUserAgent("hotcell-cli/"+buildinfo.Version()))
+	return client.New(a.settings.URL, a.settings.Token, client.WithUserAgent("hotcell-cli/"+buildinfo.Version()))
 }
 
 func (a *app) rootCmd() *cobra.Command {
@@ -175,7 +142,7 @@ own box with a persistent /workspace, driven over one HTTP API.
 Run the daemon with 'hotcell serve'; the other commands are its client. They
 find the daemon at --url (or HOTCELL_URL, default ` + client.DefaultURL + `) and
 authenticate with --token (or HOTCELL_TOKEN, or the token file the daemon
-writes, $HOTCELL_DATA_DIR/token, default ` + config.DefaultDataDir + `/token).`,
+writes, $HOTCELL_DATA_DIR/token, default ` + clientconfig.DefaultDataDir + `/token).`,
 		Example: `  hotcell serve
   id=$(hotcell create --label agent=demo)
   hotcell exec $id -- uname -a

@@ -21,13 +21,14 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/pflag"
 
+	"github.com/hotcell/hotcell/internal/clientconfig"
 	"github.com/hotcell/hotcell/internal/redact"
 )
 
 // Defaults that clients and docs rely on.
 const (
 	DefaultListen       = "127.0.0.1:8080"
-	DefaultDataDir      = "/var/lib/hotcell"
+	DefaultDataDir      = clientconfig.DefaultDataDir
 	DefaultImage        = "hotcell/base:latest"
 	AgentBinaryName     = "hotcell-agent"
 	ConfigFlag          = "config"

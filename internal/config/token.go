@@ -5,28 +5,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-)
 
-// TokenEnv is the variable clients read the API token from first.
-const TokenEnv = "HOTCELL_TOKEN"
+	"github.com/hotcell/hotcell/internal/clientconfig"
+)
 
 // tokenPrefix makes a hotcell token recognisable (e.g. to secret scanners).
 const tokenPrefix = "hc_"
-
-// maxTokenFile bounds how much of a token file is read; a token is ~70 bytes.
-const maxTokenFile = 4 << 10
 
 // EnsureToken returns the daemon's API token stored at path, generating and
 // writing a new one (created is true) if the file does not exist. The parent
 // directory is created 0700 if missing. An existing file that group or
 // others can access is refused: the token may already have leaked.
 func EnsureToken(path string) (token string, created bool, err error) {
-	token, err = readToken(path, true)
+	token, err = clientconfig.ReadTokenFile(path, private)
 	if err == nil {
 		return token, false, nil
 	}
@@ -65,7 +59,7 @@ func EnsureToken(path string) (token string, created bool, err error) {
 	}
 	if err := os.Link(tmp.Name(), path); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			token, err := readToken(path, true)
+			token, err := clientconfig.ReadTokenFile(path, private)
 			return token, false, err
 		}
 		return "", false, fmt.Errorf("write token: %w", err)
@@ -83,65 +77,11 @@ func syncDir(dir string) {
 	}
 }
 
-// ReadClientToken returns the token a client sends: HOTCELL_TOKEN if set,
-// else the token file in dataDir (HOTCELL_DATA_DIR, then the default data
-// dir, when dataDir is empty). getenv may be nil.
-func ReadClientToken(getenv func(string) string, dataDir string) (string, error) {
-	if getenv == nil {
-		getenv = os.Getenv
+// private refuses a token file that group or others may access: the
+// token may already have leaked.
+func private(path string, fi fs.FileInfo) error {
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("read token %s: mode %04o lets group or others read it; run `chmod 600 %s` (and consider replacing the token)", path, perm, path)
 	}
-	if t := strings.TrimSpace(getenv(TokenEnv)); t != "" {
-		return t, nil
-	}
-	if dataDir == "" {
-		dataDir = getenv("HOTCELL_DATA_DIR")
-	}
-	if dataDir == "" {
-		dataDir = DefaultDataDir
-	}
-	path := filepath.Join(dataDir, "token")
-	// The daemon enforces the file's mode; a client only needs the value.
-	t, err := readToken(path, false)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("no API token: %s is not set and %s does not exist (is the daemon running with --data-dir %s?)", TokenEnv, path, dataDir)
-	case errors.Is(err, fs.ErrPermission):
-		return "", fmt.Errorf("no API token: %s is not set and %s is not readable by this user (set %s, or run as a user that can read it): %w", TokenEnv, path, TokenEnv, err)
-	case err != nil:
-		return "", fmt.Errorf("no API token: %s is not set: %w", TokenEnv, err)
-	}
-	return t, nil
-}
-
-// readToken reads and trims the token at path. With strict, a file that
-// group or others may access is refused. A missing file wraps fs.ErrNotExist.
-func readToken(path string, strict bool) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("read token: %w", err)
-	}
-	defer f.Close()
-	// Stat the open file, not the path, so the checked file is the read one.
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("read token: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("read token %s: not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); strict && perm&0o077 != 0 {
-		return "", fmt.Errorf("read token %s: mode %04o lets group or others read it; run `chmod 600 %s` (and consider replacing the token)", path, perm, path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
-	if err != nil {
-		return "", fmt.Errorf("read token %s: %w", path, err)
-	}
-	if len(data) > maxTokenFile {
-		return "", fmt.Errorf("read token %s: file is larger than %d bytes", path, maxTokenFile)
-	}
-	t := strings.TrimSpace(string(data))
-	if t == "" {
-		return "", fmt.Errorf("read token %s: file is empty; delete it to have the daemon generate a new token", path)
-	}
-	return t, nil
+	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/hotcell/hotcell/internal/clientconfig"
 )
 
 var tokenRE = regexp.MustCompile(`^hc_[0-9a-f]{64}$`)
@@ -52,9 +54,9 @@ func TestEnsureTokenCreatesThenReads(t *testing.T) {
 	}
 
 	// Client side: the same token through the data dir.
-	ct, err := ReadClientToken(envMap(nil), dir)
-	if err != nil || ct != tok {
-		t.Errorf("ReadClientToken: got %q, %v; want %q, nil", ct, err, tok)
+	cs, err := clientconfig.Resolve(clientconfig.Flags{}, envMap(map[string]string{clientconfig.EnvDataDir: dir}))
+	if err != nil || cs.Token != tok {
+		t.Errorf("clientconfig.Resolve: got %q, %v; want %q, nil", cs.Token, err, tok)
 	}
 }
 
@@ -150,47 +152,6 @@ func TestEnsureTokenExistingFile(t *testing.T) {
 			data, _ := os.ReadFile(path)
 			if string(data) != tt.content {
 				t.Errorf("token file changed to %q", data)
-			}
-		})
-	}
-}
-
-func TestReadClientToken(t *testing.T) {
-	t.Parallel()
-	withToken := t.TempDir()
-	if err := os.WriteFile(filepath.Join(withToken, "token"), []byte("hc_file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	empty := t.TempDir()
-	tests := []struct {
-		name    string
-		env     map[string]string
-		dataDir string
-		want    string
-		wantErr []string
-	}{
-		{"env wins", map[string]string{TokenEnv: " hc_env "}, withToken, "hc_env", nil},
-		{"file in data dir", nil, withToken, "hc_file", nil},
-		{"data dir from env", map[string]string{"HOTCELL_DATA_DIR": withToken}, "", "hc_file", nil},
-		{"missing", nil, empty, "", []string{TokenEnv, filepath.Join(empty, "token"), "does not exist"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := ReadClientToken(envMap(tt.env), tt.dataDir)
-			if tt.wantErr == nil {
-				if err != nil || got != tt.want {
-					t.Errorf("ReadClientToken: got %q, %v; want %q, nil", got, err, tt.want)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("ReadClientToken: got %q, want an error", got)
-			}
-			for _, s := range tt.wantErr {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error %q: want it to contain %q", err, s)
-				}
 			}
 		})
 	}
