@@ -13,16 +13,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/ndjson"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
 const (
-	defaultExecTimeout  = 60 * time.Second
-	maxExecTimeout      = 24 * time.Hour
-	defaultMaxOutput    = 1 << 20
-	maxMaxOutput        = 64 << 20
 	pipeDrainGrace      = 200 * time.Millisecond
 	streamWriteDeadline = 2 * time.Minute
 	defaultPath         = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -39,67 +36,26 @@ type execSpec struct {
 	maxOut  int64
 }
 
-// parseExec validates req at the edge. It checks syntax only; whether cwd
-// exists is checked when the process starts.
+// parseExec validates req at the edge with the command spec the api uses
+// too. It checks syntax only; whether cwd exists is checked when the
+// process starts.
 func parseExec(workspace string, req wire.ExecRequest) (execSpec, error) {
-	s := execSpec{env: req.Env, stdin: req.Stdin}
-	switch {
-	case req.Command != "" && len(req.Argv) > 0:
-		return s, errdefs.Invalid("command", "set exactly one of command and argv, not both")
-	case req.Command == "" && len(req.Argv) == 0:
-		return s, errdefs.Invalid("command", "set one of command and argv")
-	case req.Command != "":
-		if strings.IndexByte(req.Command, 0) >= 0 {
-			return s, errdefs.Invalid("command", "contains a NUL byte")
-		}
-		s.shell = true
-		s.argv = []string{req.Command}
-	default:
-		if req.Argv[0] == "" {
-			return s, errdefs.Invalid("argv", "argv[0] is empty")
-		}
-		for i, a := range req.Argv {
-			if strings.IndexByte(a, 0) >= 0 {
-				return s, errdefs.Invalid("argv", "argv[%d] contains a NUL byte", i)
-			}
-		}
-		s.argv = req.Argv
+	if err := cmdspec.Exec(&req, cmdspec.Defaults{Workspace: workspace}); err != nil {
+		return execSpec{}, err
 	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return s, errdefs.Invalid("env", "variable name %q must be non-empty without '=' or NUL", k)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return s, errdefs.Invalid("env", "value of %s contains a NUL byte", k)
-		}
+	s := execSpec{
+		argv:    req.Argv,
+		env:     req.Env,
+		cwd:     req.Cwd,
+		stdin:   req.Stdin,
+		timeout: time.Duration(req.TimeoutMs) * time.Millisecond,
+		maxOut:  req.MaxOutputBytes,
 	}
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = workspace
+	if req.Command != "" {
+		s.shell, s.argv = true, []string{req.Command}
 	}
-	var err error
-	if s.cwd, err = resolveIn(workspace, "cwd", cwd); err != nil {
-		return s, err
-	}
-	switch {
-	case req.TimeoutMs < 0:
-		return s, errdefs.Invalid("timeoutMs", "must not be negative, got %d", req.TimeoutMs)
-	case req.TimeoutMs == 0:
-		s.timeout = defaultExecTimeout
-	case req.TimeoutMs > maxExecTimeout.Milliseconds():
-		return s, errdefs.Invalid("timeoutMs", "must be at most %d (24h), got %d", maxExecTimeout.Milliseconds(), req.TimeoutMs)
-	default:
-		s.timeout = time.Duration(req.TimeoutMs) * time.Millisecond
-	}
-	switch {
-	case req.MaxOutputBytes < 0:
-		return s, errdefs.Invalid("maxOutputBytes", "must not be negative, got %d", req.MaxOutputBytes)
-	case req.MaxOutputBytes == 0:
-		s.maxOut = defaultMaxOutput
-	case req.MaxOutputBytes > maxMaxOutput:
-		return s, errdefs.Invalid("maxOutputBytes", "must be at most %d, got %d", maxMaxOutput, req.MaxOutputBytes)
-	default:
-		s.maxOut = req.MaxOutputBytes
+	if s.cwd == "" {
+		s.cwd = workspace
 	}
 	return s, nil
 }

@@ -89,8 +89,8 @@ func TestExecInvalid(t *testing.T) {
 		body  any
 		want  string
 	}{
-		{"both", nil, wire.ExecRequest{Command: "true", Argv: []string{"true"}}, "command: set exactly one"},
-		{"neither", nil, wire.ExecRequest{}, "command: set one"},
+		{"both", nil, wire.ExecRequest{Command: "true", Argv: []string{"true"}}, "command: give either command or argv, not both"},
+		{"neither", nil, wire.ExecRequest{}, "command: give command"},
 		{"empty argv0", nil, wire.ExecRequest{Argv: []string{""}}, "argv"},
 		{"negative timeout", nil, wire.ExecRequest{Command: "true", TimeoutMs: -1}, "timeoutMs"},
 		{"huge timeout", nil, wire.ExecRequest{Command: "true", TimeoutMs: 1 << 50}, "timeoutMs"},

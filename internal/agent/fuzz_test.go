@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/fspath"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -100,10 +101,10 @@ func FuzzParseExec(f *testing.F) {
 		if !path.IsAbs(spec.cwd) || path.Clean(spec.cwd) != spec.cwd || len(spec.cwd) > fspath.MaxLen+len("/workspace/") {
 			t.Fatalf("accepted %s with cwd %q", data, spec.cwd)
 		}
-		if spec.timeout <= 0 || spec.timeout > maxExecTimeout {
+		if spec.timeout <= 0 || spec.timeout > cmdspec.MaxTimeout {
 			t.Fatalf("accepted %s with timeout %v", data, spec.timeout)
 		}
-		if spec.maxOut <= 0 || spec.maxOut > maxMaxOutput {
+		if spec.maxOut <= 0 || spec.maxOut > cmdspec.MaxOutput {
 			t.Fatalf("accepted %s with maxOut %d", data, spec.maxOut)
 		}
 		for k, v := range spec.env {

@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
-	"path"
 	"strconv"
 	"syscall"
 
@@ -16,14 +15,7 @@ import (
 // resolve validates p with fspath and resolves relative paths against the
 // handler's workspace (which tests point at a temp dir).
 func (h *handler) resolve(field, p string) (string, error) {
-	return resolveIn(h.workspace, field, p)
-}
-
-func resolveIn(workspace, field, p string) (string, error) {
-	if p != "" && !path.IsAbs(p) {
-		p = workspace + "/" + p
-	}
-	return fspath.Resolve(field, p)
+	return fspath.ResolveIn(h.workspace, field, p)
 }
 
 // queryPath reads the required path parameter name.

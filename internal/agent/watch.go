@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/fspath"
 	"github.com/hotcell/hotcell/internal/ndjson"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -64,7 +65,7 @@ func parseWatch(workspace string, q url.Values) (watchSpec, error) {
 		p = workspace
 	}
 	var err error
-	if s.root, err = resolveIn(workspace, "path", p); err != nil {
+	if s.root, err = fspath.ResolveIn(workspace, "path", p); err != nil {
 		return s, err
 	}
 	s.recursive = true

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/fspath"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -35,7 +36,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(r, maxExecBody, &req); err != nil {
 		return err
 	}
-	if err := validateExec(&req, s.opts.ExecTimeout.Milliseconds(), s.opts.MaxExecOutput); err != nil {
+	if err := cmdspec.Exec(&req, cmdspec.Defaults{Timeout: s.opts.ExecTimeout, MaxOutput: s.opts.MaxExecOutput}); err != nil {
 		return err
 	}
 	body, err := json.Marshal(req)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -56,9 +57,9 @@ func processPath(r *http.Request, rest string) (string, string, error) {
 }
 
 func validateStartProcess(req *wire.StartProcessRequest) error {
-	// The command fields are those of exec; reuse its checks.
+	// The command fields are those of exec: one command spec checks them.
 	ex := wire.ExecRequest{Command: req.Command, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd}
-	if err := validateExec(&ex, 1, 1); err != nil {
+	if err := cmdspec.Exec(&ex, cmdspec.Defaults{}); err != nil {
 		return err
 	}
 	req.Cwd = ex.Cwd

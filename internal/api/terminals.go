@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -37,25 +38,20 @@ func (s *Server) terminalRoutes() {
 // detachTimeoutSec mean the defaults (80x24, 300 s); explicit is
 // whether they were given as such (query parameters), where 0 is an error.
 func validateTerminal(req *wire.TerminalRequest, explicit map[string]bool) error {
+	// Neither command nor argv: the session runs an interactive shell.
 	if req.Command != "" || len(req.Argv) > 0 {
-		er := wire.ExecRequest{Command: req.Command, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd}
-		if err := validateExec(&er, 1, 1); err != nil {
+		if err := cmdspec.Command(req.Command, req.Argv); err != nil {
 			return err
-		}
-		req.Cwd = er.Cwd
-	} else {
-		// Neither: the session runs an interactive shell.
-		if err := validateEnv("env", req.Env); err != nil {
-			return err
-		}
-		if req.Cwd != "" {
-			er := wire.ExecRequest{Command: "sh", Cwd: req.Cwd}
-			if err := validateExec(&er, 1, 1); err != nil {
-				return err
-			}
-			req.Cwd = er.Cwd
 		}
 	}
+	if err := cmdspec.Env("env", req.Env); err != nil {
+		return err
+	}
+	cwd, err := cmdspec.Cwd("", req.Cwd)
+	if err != nil {
+		return err
+	}
+	req.Cwd = cwd
 	for _, d := range []struct {
 		field string
 		v     int

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/errdefs"
-	"github.com/hotcell/hotcell/internal/fspath"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -17,7 +17,6 @@ import (
 // field so a client knows what to fix.
 
 var (
-	envNamePattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	labelKeyPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$`)
 	// imagePattern accepts Docker references: [registry[:port]/]name[:tag][@digest].
 	imagePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
@@ -25,36 +24,13 @@ var (
 )
 
 const (
-	maxEnv          = 256
 	maxLabels       = 64
 	maxLabelValue   = 256
-	maxEnvValue     = 32 << 10
 	maxSetup        = 64
 	maxSetupCommand = 64 << 10
-	maxArgv         = 4096
-	maxTimeoutMs    = 24 * 60 * 60 * 1000
-	maxOutputBytes  = 64 << 20
 	minMemoryMB     = 16
 	minPids         = 16
 )
-
-func validateEnv(field string, env map[string]string) error {
-	if len(env) > maxEnv {
-		return errdefs.Invalid(field, "at most %d variables", maxEnv)
-	}
-	for k, v := range env {
-		if !envNamePattern.MatchString(k) {
-			return errdefs.Invalid(field+"."+clip(k), "not a valid variable name (letters, digits and '_', not starting with a digit)")
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return errdefs.Invalid(field+"."+k, "value contains a NUL byte")
-		}
-		if len(v) > maxEnvValue {
-			return errdefs.Invalid(field+"."+k, "value is longer than %d bytes", maxEnvValue)
-		}
-	}
-	return nil
-}
 
 func validateLabels(field string, labels map[string]string) error {
 	if len(labels) > maxLabels {
@@ -84,7 +60,7 @@ func validateCreate(req *wire.CreateSandboxRequest) error {
 	if req.Image != "" && (len(req.Image) > 255 || !imagePattern.MatchString(req.Image)) {
 		return errdefs.Invalid("image", "%q is not an image reference like hotcell/base:latest", clip(req.Image))
 	}
-	if err := validateEnv("env", req.Env); err != nil {
+	if err := cmdspec.Env("env", req.Env); err != nil {
 		return err
 	}
 	if err := validateLabels("labels", req.Labels); err != nil {
@@ -120,8 +96,8 @@ func validateCreate(req *wire.CreateSandboxRequest) error {
 			return errdefs.Invalid(f, "command must be at most %d bytes with no NUL", maxSetupCommand)
 		}
 	}
-	if req.SetupTimeoutMs < 0 || req.SetupTimeoutMs > maxTimeoutMs {
-		return errdefs.Invalid("setupTimeoutMs", "must be between 0 and %d", maxTimeoutMs)
+	if maxMs := cmdspec.MaxTimeout.Milliseconds(); req.SetupTimeoutMs < 0 || req.SetupTimeoutMs > maxMs {
+		return errdefs.Invalid("setupTimeoutMs", "must be between 0 and %d", maxMs)
 	}
 	return nil
 }
@@ -157,52 +133,6 @@ func validateRepoURL(raw string) error {
 		return nil
 	}
 	return errdefs.Invalid(field, "%q is not a repository URL (https://..., ssh://..., user@host:path or an absolute path)", clip(raw))
-}
-
-func validateExec(req *wire.ExecRequest, defTimeoutMs, defMaxOutput int64) error {
-	switch {
-	case req.Command != "" && len(req.Argv) > 0:
-		return errdefs.Invalid("command", "give either command or argv, not both")
-	case req.Command == "" && len(req.Argv) == 0:
-		return errdefs.Invalid("command", "give command (run by /bin/sh -c) or argv")
-	}
-	if strings.IndexByte(req.Command, 0) >= 0 {
-		return errdefs.Invalid("command", "contains a NUL byte")
-	}
-	if len(req.Argv) > maxArgv {
-		return errdefs.Invalid("argv", "at most %d arguments", maxArgv)
-	}
-	for i, a := range req.Argv {
-		if strings.IndexByte(a, 0) >= 0 {
-			return errdefs.Invalid("argv["+strconv.Itoa(i)+"]", "contains a NUL byte")
-		}
-	}
-	if len(req.Argv) > 0 && req.Argv[0] == "" {
-		return errdefs.Invalid("argv[0]", "program is empty")
-	}
-	if err := validateEnv("env", req.Env); err != nil {
-		return err
-	}
-	if req.Cwd != "" {
-		cwd, err := fspath.Resolve("cwd", req.Cwd)
-		if err != nil {
-			return err
-		}
-		req.Cwd = cwd
-	}
-	if req.TimeoutMs < 0 || req.TimeoutMs > maxTimeoutMs {
-		return errdefs.Invalid("timeoutMs", "must be between 0 (default) and %d", maxTimeoutMs)
-	}
-	if req.TimeoutMs == 0 {
-		req.TimeoutMs = defTimeoutMs
-	}
-	if req.MaxOutputBytes < 0 || req.MaxOutputBytes > maxOutputBytes {
-		return errdefs.Invalid("maxOutputBytes", "must be between 0 (default) and %d", maxOutputBytes)
-	}
-	if req.MaxOutputBytes == 0 {
-		req.MaxOutputBytes = defMaxOutput
-	}
-	return nil
 }
 
 func parseBool(field, s string) (bool, error) {

@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -58,36 +60,6 @@ func TestValidateCreate(t *testing.T) {
 	}
 }
 
-func TestValidateExec(t *testing.T) {
-	t.Parallel()
-	req := wire.ExecRequest{Command: "ls", Cwd: "sub"}
-	if err := validateExec(&req, 5000, 100); err != nil {
-		t.Fatal(err)
-	}
-	if req.Cwd != "/workspace/sub" || req.TimeoutMs != 5000 || req.MaxOutputBytes != 100 {
-		t.Fatalf("defaults: got %+v", req)
-	}
-	bad := []struct {
-		req   wire.ExecRequest
-		field string
-	}{
-		{wire.ExecRequest{}, "command"},
-		{wire.ExecRequest{Command: "a", Argv: []string{"b"}}, "command"},
-		{wire.ExecRequest{Argv: []string{""}}, "argv[0]"},
-		{wire.ExecRequest{Argv: []string{"a", "b\x00"}}, "argv[1]"},
-		{wire.ExecRequest{Command: "a", TimeoutMs: -1}, "timeoutMs"},
-		{wire.ExecRequest{Command: "a", MaxOutputBytes: 1 << 40}, "maxOutputBytes"},
-		{wire.ExecRequest{Command: "a", Cwd: "x\x00"}, "cwd"},
-		{wire.ExecRequest{Command: "a", Env: map[string]string{"": "x"}}, "env"},
-	}
-	for _, tc := range bad {
-		err := validateExec(&tc.req, 1, 1)
-		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("%+v: got %v, want an invalid-argument error naming %s", tc.req, err, tc.field)
-		}
-	}
-}
-
 // FuzzCreateRequest: no body makes the create parser panic, and whatever it
 // accepts stays within the limits it promises.
 func FuzzCreateRequest(f *testing.F) {
@@ -113,12 +85,12 @@ func FuzzCreateRequest(f *testing.F) {
 			}
 			return
 		}
-		if len(req.Env) > maxEnv || len(req.Labels) > maxLabels || len(req.Setup) > maxSetup || req.Limits.MemoryMB < 0 || req.Limits.CPUs < 0 {
+		if len(req.Env) > cmdspec.MaxEnv || len(req.Labels) > maxLabels || len(req.Setup) > maxSetup || req.Limits.MemoryMB < 0 || req.Limits.CPUs < 0 {
 			t.Fatalf("accepted out-of-range request %+v", req)
 		}
-		for k := range req.Env {
-			if !envNamePattern.MatchString(k) {
-				t.Fatalf("accepted env name %q", k)
+		for k, v := range req.Env {
+			if cmdspec.Var("env", k, v) != nil {
+				t.Fatalf("accepted env %q=%q", k, v)
 			}
 		}
 	})
@@ -139,7 +111,7 @@ func FuzzExecRequest(f *testing.F) {
 		if err := readJSON(r, maxExecBody, &req); err != nil {
 			return
 		}
-		if err := validateExec(&req, 1000, 1000); err != nil {
+		if err := cmdspec.Exec(&req, cmdspec.Defaults{Timeout: time.Second, MaxOutput: 1000}); err != nil {
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Fatalf("wrong class: %v", err)
 			}

@@ -17,7 +17,11 @@ const MaxLen = 4096
 
 // Resolve validates p and returns it absolute and clean. Relative paths
 // resolve against Workspace. field names the request field for errors.
-func Resolve(field, p string) (string, error) {
+func Resolve(field, p string) (string, error) { return ResolveIn(Workspace, field, p) }
+
+// ResolveIn is Resolve with relative paths resolved against workspace
+// (Workspace when empty), which the agent's tests point at a temp dir.
+func ResolveIn(workspace, field, p string) (string, error) {
 	if p == "" {
 		return "", errdefs.Invalid(field, "path is empty")
 	}
@@ -28,7 +32,10 @@ func Resolve(field, p string) (string, error) {
 		return "", errdefs.Invalid(field, "path contains a NUL byte")
 	}
 	if !path.IsAbs(p) {
-		p = path.Join(Workspace, p)
+		if workspace == "" {
+			workspace = Workspace
+		}
+		p = path.Join(workspace, p)
 	}
 	return path.Clean(p), nil
 }

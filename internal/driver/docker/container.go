@@ -16,6 +16,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 )
@@ -178,20 +179,11 @@ func containerConfig(spec driver.Spec) (*container.Config, *container.HostConfig
 // envList returns spec.Env as sorted KEY=VALUE pairs, so the same spec always
 // makes the same container, plus the sandbox id.
 func envList(spec driver.Spec) ([]string, error) {
-	env := make([]string, 0, len(spec.Env)+1)
-	for k, v := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, errdefs.Invalid("env", "invalid variable name %q", k)
-		}
-		if strings.ContainsRune(v, 0) {
-			return nil, errdefs.Invalid("env", "value of %s contains a NUL byte", k)
-		}
-		if k == EnvSandboxID {
-			continue // ours wins
-		}
-		env = append(env, k+"="+v)
+	env, err := cmdspec.EnvList("env", spec.Env)
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(env)
+	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, EnvSandboxID+"=") }) // ours wins
 	return append(env, EnvSandboxID+"="+spec.ID), nil
 }
 
