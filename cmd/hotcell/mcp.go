@@ -42,7 +42,7 @@ bearer token, for agents that connect to a URL.`,
 				log.Warn("hotcell daemon not reachable yet", "err", a.describe(err))
 			}
 			cancel()
-			srv := mcpserver.New(c, mcpserver.Options{Where: c.URL(), Log: log})
+			srv := mcpserver.New(c, mcpserver.Options{Settings: &a.settings, Log: log})
 			err = srv.Run(cmd.Context(), mcpserver.StdioTransport(a.stdin, a.stdout))
 			if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
 				return nil // the client closed stdin, or we were told to stop

@@ -19,14 +19,17 @@ import (
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/buildinfo"
+	"github.com/hotcell/hotcell/internal/clientconfig"
+	"github.com/hotcell/hotcell/internal/redact"
 )
 
 // Options configure the server.
 type Options struct {
-	// Where says, in errors, where the daemon was looked for (a URL), so
-	// that an agent or its user can tell what to fix. Empty omits it.
-	Where string
-	Log   *slog.Logger
+	// Settings say, in errors, where the daemon was looked for and where
+	// the token came from, so that an agent or its user can tell what to
+	// fix. Nil gives general advice.
+	Settings *clientconfig.Settings
+	Log      *slog.Logger
 }
 
 const instructions = `hotcell gives you isolated Linux sandboxes (containers) with a persistent /workspace.
@@ -45,15 +48,15 @@ func New(c *client.Client, opts Options) *mcp.Server {
 		// No logging capability: the tools report through their results.
 		Capabilities: &mcp.ServerCapabilities{},
 	})
-	t := &tools{c: c, where: opts.Where}
+	t := &tools{c: c, settings: opts.Settings}
 	t.register(s)
 	return s
 }
 
 // tools holds what the tool handlers share.
 type tools struct {
-	c     *client.Client
-	where string
+	c        *client.Client
+	settings *clientconfig.Settings
 }
 
 // explain turns an SDK error into the message an agent sees: the API's
@@ -64,12 +67,14 @@ func (t *tools) explain(err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case client.IsUnreachable(err):
-		where := ""
-		if t.where != "" {
-			where = " at " + t.where
+		if s := t.settings; s != nil {
+			return fmt.Errorf("%w (the hotcell daemon at %s is not reachable: start it with `hotcell serve`, or %s)", err, redact.URL(s.URL), s.URLHint())
 		}
-		return fmt.Errorf("%w (the hotcell daemon%s is not reachable: start it with `hotcell serve`, or point HOTCELL_URL at it)", err, where)
+		return fmt.Errorf("%w (the hotcell daemon is not reachable: start it with `hotcell serve`, or point HOTCELL_URL at it)", err)
 	case errors.Is(err, client.ErrUnauthenticated):
+		if s := t.settings; s != nil {
+			return fmt.Errorf("%w (the daemon refused the token: check %s)", err, s.TokenHint())
+		}
 		return fmt.Errorf("%w (the daemon refused the token: set HOTCELL_TOKEN to the content of the daemon's token file)", err)
 	}
 	return err

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/clientconfig"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -31,7 +32,7 @@ func connectTo(t *testing.T, url string) *mcp.ClientSession {
 		t.Fatal(err)
 	}
 	st, ct := mcp.NewInMemoryTransports()
-	srv := New(c, Options{Where: url})
+	srv := New(c, Options{Settings: &clientconfig.Settings{URL: url, URLSource: clientconfig.EnvURL, Token: "tok", TokenSource: clientconfig.EnvToken}})
 	ss, err := srv.Connect(t.Context(), st, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -145,8 +146,19 @@ func TestToolErrors(t *testing.T) {
 
 	down := connectTo(t, "http://127.0.0.1:1")
 	res = call(t, down, "sandbox_list", nil)
-	if !res.IsError || !strings.Contains(text(res), "hotcell serve") || !strings.Contains(text(res), "127.0.0.1:1") {
+	if !res.IsError || !strings.Contains(text(res), "hotcell serve") || !strings.Contains(text(res), "at http://127.0.0.1:1") || !strings.Contains(text(res), "check HOTCELL_URL") {
 		t.Errorf("got error %v %q, want advice on starting the daemon", res.IsError, text(res))
+	}
+
+	refusing := http.NewServeMux()
+	refusing.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(`{"error":{"code":"unauthenticated","message":"bad token"}}`))
+	})
+	res = call(t, connect(t, refusing), "sandbox_list", nil)
+	if !res.IsError || !strings.Contains(text(res), "refused the token: check HOTCELL_TOKEN") {
+		t.Errorf("got error %v %q, want advice naming where the token came from", res.IsError, text(res))
 	}
 }
 
