@@ -73,7 +73,7 @@ func TestCreateFromSnapshot(t *testing.T) {
 	}
 
 	for body, field := range map[string]string{
-		`{"snapshot":"sn-000000000001"}`: "snapshot",
+		`{"snapshot":"sn-000000000001"}`:                                             "snapshot",
 		`{"image":"img","restore":{"sandboxId":"src","backupId":"bk-000000000001"}}`: "restore",
 	} {
 		rec := post(Options{Manager: &populateManager{}}, body)
