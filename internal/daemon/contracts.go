@@ -3,6 +3,8 @@ package daemon
 import (
 	"github.com/hotcell/hotcell/internal/api"
 	"github.com/hotcell/hotcell/internal/backup"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/driver/docker"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
 )
@@ -22,6 +24,20 @@ var (
 	_ sandbox.Store     = (*store.Store)(nil)
 	_ backup.Sandboxes  = (*sandbox.Manager)(nil)
 	_ api.Backups       = (*backup.Service)(nil)
+)
+
+// The sandbox manager finds the driver's optional features by type
+// assertion (a backend may lack them); the Docker driver must have every
+// one, or pause, orphan removal, live events, the engine-restart probe,
+// snapshots, egress or stats would switch off without a word.
+var (
+	_ driver.Pauser         = (*docker.Driver)(nil)
+	_ driver.InstanceLister = (*docker.Driver)(nil)
+	_ driver.EventWatcher   = (*docker.Driver)(nil)
+	_ driver.Prober         = (*docker.Driver)(nil)
+	_ driver.Snapshotter    = (*docker.Driver)(nil)
+	_ driver.Networker      = (*docker.Driver)(nil)
+	_ driver.Statter        = (*docker.Driver)(nil)
 )
 
 // withManager sets every field of o that the sandbox manager serves.
