@@ -21,5 +21,8 @@ func TestConformance(t *testing.T) {
 			testenv.CleanupSandbox(t, c, id)
 			return driver.Spec{ID: id, Image: image, Persist: true, HostAgentPath: agentBin}
 		},
+		// A registry on a closed loopback port: the pull fails at once and
+		// no packet leaves the host.
+		MissingImage: "127.0.0.1:1/hotcell/missing:latest",
 	})
 }

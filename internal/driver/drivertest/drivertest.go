@@ -32,6 +32,9 @@ type Harness struct {
 	// the id to be removed when t ends. The suite sets HostRunDir and
 	// Instance itself.
 	Spec func(t *testing.T) driver.Spec
+	// MissingImage is an image reference the driver can neither find nor
+	// fetch (without a packet leaving the host).
+	MissingImage string
 }
 
 // wait bounds how long the suite waits for something that must happen (an
@@ -46,6 +49,53 @@ func Run(t *testing.T, h Harness) {
 	t.Run("CreateExisting", func(t *testing.T) { t.Parallel(); testCreateExisting(t, h) })
 	t.Run("List", func(t *testing.T) { t.Parallel(); testList(t, h) })
 	t.Run("Events", func(t *testing.T) { t.Parallel(); testEvents(t, h) })
+	t.Run("Image", func(t *testing.T) { t.Parallel(); testImage(t, h) })
+	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, h) })
+}
+
+// testImage checks Info and that a missing image is not found, with a
+// message that says how to get it, before anything is created.
+func testImage(t *testing.T, h Harness) {
+	d, ctx := h.Driver, t.Context()
+	info, err := d.Info(ctx)
+	if err != nil || info.Name == "" {
+		t.Errorf("info: got %+v, %v; want a name and no error", info, err)
+	}
+	s := h.Spec(t)
+	must(t, "ensure image "+s.Image, d.EnsureImage(ctx, s.Image, nil))
+	if h.MissingImage == "" {
+		t.Fatal("the harness names no MissingImage")
+	}
+	if err := d.EnsureImage(ctx, h.MissingImage, func(string) {}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("ensure image %s: got %v, want not found", h.MissingImage, err)
+	}
+}
+
+// testStats checks a Statter: a running box reports a reading, a stopped
+// one is a conflict and a missing one not found.
+func testStats(t *testing.T, h Harness) {
+	st, ok := h.Driver.(driver.Statter)
+	if !ok {
+		t.Skip("the driver reports no stats (driver.Statter)")
+	}
+	d, ctx := h.Driver, t.Context()
+	s := spec(t, h, newInstance(t))
+	must(t, "create", d.Create(ctx, s))
+	conn := listen(t, s)
+	must(t, "start", d.Start(ctx, s.ID))
+	waitAgent(t, conn, "after start")
+	r, err := st.Stats(ctx, s.ID)
+	if err != nil || r.Read.IsZero() || r.Pids < 1 {
+		t.Errorf("stats of a running box: got %+v, %v; want a reading with at least its agent's process", r, err)
+	}
+	must(t, "stop", d.Stop(ctx, s.ID, 10*time.Second))
+	if _, err := st.Stats(ctx, s.ID); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("stats of a stopped box: got %v, want a conflict", err)
+	}
+	must(t, "destroy", d.Destroy(ctx, s.ID))
+	if _, err := st.Stats(ctx, s.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("stats of a missing box: got %v, want not found", err)
+	}
 }
 
 // newInstance returns a fresh instance id, so that listing by instance sees

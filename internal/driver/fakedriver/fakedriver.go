@@ -27,6 +27,7 @@ var (
 	_ driver.Pauser         = (*Driver)(nil)
 	_ driver.InstanceLister = (*Driver)(nil)
 	_ driver.EventWatcher   = (*Driver)(nil)
+	_ driver.Statter        = (*Driver)(nil)
 )
 
 // Driver is the fake backend. It is safe for concurrent use.
@@ -139,8 +140,17 @@ func (d *Driver) Info(ctx context.Context) (driver.Info, error) {
 	return driver.Info{Name: "fake"}, nil
 }
 
-// EnsureImage knows every image.
-func (d *Driver) EnsureImage(context.Context, string, driver.Progress) error { return nil }
+// MissingImagePrefix starts the references of images the fake does not
+// have; it knows every other.
+const MissingImagePrefix = "missing.invalid/"
+
+// EnsureImage knows every image but those under MissingImagePrefix.
+func (d *Driver) EnsureImage(ctx context.Context, ref string, _ driver.Progress) error {
+	if strings.HasPrefix(ref, MissingImagePrefix) {
+		return fmt.Errorf("image %s: the fake driver has no such image: %w", ref, errdefs.ErrNotFound)
+	}
+	return nil
+}
 
 // Create records a stopped box; an id in use is ErrAlreadyExists.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
@@ -250,6 +260,21 @@ func (d *Driver) setPaused(id string, paused bool) error {
 		b.state = driver.BoxPaused
 	}
 	return nil
+}
+
+// Stats reports a running or paused box as one process (its agent) with no
+// CPU, memory or network use.
+func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.boxes[id]
+	if !ok {
+		return driver.Stats{}, notFound("stats of", id)
+	}
+	if b.state == driver.BoxStopped {
+		return driver.Stats{}, fmt.Errorf("stats of box %s: it is not running: %w", id, errdefs.ErrConflict)
+	}
+	return driver.Stats{Read: time.Now(), Pids: 1}, nil
 }
 
 // ListOwned returns the ids of instance's boxes, sorted.

@@ -24,5 +24,6 @@ func TestConformance(t *testing.T) {
 			}
 			return driver.Spec{ID: "fake-" + hex.EncodeToString(b), Image: "fake"}
 		},
+		MissingImage: fakedriver.MissingImagePrefix + "nothing",
 	})
 }
