@@ -53,13 +53,19 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, h) })
 }
 
-// testImage checks Info and that a missing image is not found, with a
+// testImage checks Info and Probe of a backend that answers, and that a
+// missing image is not found, with a
 // message that says how to get it, before anything is created.
 func testImage(t *testing.T, h Harness) {
 	d, ctx := h.Driver, t.Context()
 	info, err := d.Info(ctx)
 	if err != nil || info.Name == "" {
 		t.Errorf("info: got %+v, %v; want a name and no error", info, err)
+	}
+	if p, ok := d.(driver.Prober); ok {
+		if err := p.Probe(ctx); err != nil {
+			t.Errorf("probe of a backend that answers: got %v, want nil", err)
+		}
 	}
 	s := h.Spec(t)
 	must(t, "ensure image "+s.Image, d.EnsureImage(ctx, s.Image, nil))
