@@ -53,9 +53,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, h) })
 }
 
-// testImage checks Info and Probe of a backend that answers, and that a
-// missing image is not found, with a
-// message that says how to get it, before anything is created.
+// testImage checks Info and Probe of a backend that answers, that the
+// harness's image is there, and that a missing image is not found.
 func testImage(t *testing.T, h Harness) {
 	d, ctx := h.Driver, t.Context()
 	info, err := d.Info(ctx)
