@@ -57,6 +57,10 @@ type Controller struct {
 	// debugLog bounds the debug lines of logged denials.
 	debugLog logLimiter
 
+	// verifyMu keeps Release and verify's restoring of missing rules
+	// apart: verify would put back rules Release just removed.
+	verifyMu sync.Mutex
+
 	mu     sync.Mutex
 	sbs    map[string]*sandboxState
 	byAddr map[netip.Addr]*sandboxState
@@ -284,6 +288,8 @@ func (c *Controller) setAddr(st *sandboxState, addr netip.Addr) {
 // Release removes the sandbox's rules (its box stopped or is going away);
 // the counters are kept until Forget.
 func (c *Controller) Release(ctx context.Context, id string) error {
+	c.verifyMu.Lock()
+	defer c.verifyMu.Unlock()
 	old, err := c.fw.remove(id)
 	c.mu.Lock()
 	if st, ok := c.sbs[id]; ok {
@@ -556,13 +562,25 @@ func (c *Controller) verify(ctx context.Context) {
 		if c.fw.sandboxOK(st.id) {
 			continue
 		}
-		c.mu.Lock()
-		p := st.policy.Wire()
-		c.mu.Unlock()
-		c.log.Warn("egress rules of sandbox missing; restoring them", "sandbox", st.id)
-		if err := c.Apply(ctx, st.id, p); err != nil {
-			c.log.Error("restore egress rules", "sandbox", st.id, "err", err)
-		}
+		c.restore(ctx, st)
+	}
+}
+
+// restore puts back the missing rules of st, unless they went because the
+// sandbox was released (stopped, destroyed) since verify listed it.
+func (c *Controller) restore(ctx context.Context, st *sandboxState) {
+	c.verifyMu.Lock()
+	defer c.verifyMu.Unlock()
+	c.mu.Lock()
+	still := c.sbs[st.id] == st && st.enforced && st.addr.IsValid()
+	p := st.policy.Wire()
+	c.mu.Unlock()
+	if !still || c.fw.sandboxOK(st.id) {
+		return
+	}
+	c.log.Warn("egress rules of sandbox missing; restoring them", "sandbox", st.id)
+	if err := c.Apply(ctx, st.id, p); err != nil {
+		c.log.Error("restore egress rules", "sandbox", st.id, "err", err)
 	}
 }
 
