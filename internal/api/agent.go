@@ -204,6 +204,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id, method, age
 	if err != nil {
 		return err
 	}
+	// The agent's logs and its streams' failure lines carry the id the
+	// client got in X-Request-Id.
+	if rid, _ := r.Context().Value(requestIDKey{}).(string); rid != "" {
+		req.Header.Set("X-Request-Id", rid)
+	}
 	if body != nil {
 		req.ContentLength = size
 		if size < 0 {
