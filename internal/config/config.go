@@ -77,7 +77,8 @@ type Config struct {
 	GitTimeout time.Duration
 	// MaxExecOutput caps each of stdout and stderr of a buffered exec, in bytes.
 	MaxExecOutput int64
-	// ShutdownTimeout bounds graceful shutdown of the daemon.
+	// ShutdownTimeout is the grace period of a shutdown: how long it waits
+	// for operations in flight before it cancels them.
 	ShutdownTimeout time.Duration
 	// StreamWriteTimeout bounds each write of a streamed answer: a client
 	// that reads nothing for this long loses the stream, and the work
@@ -147,7 +148,7 @@ var settings = []setting{
 		func(c *Config) any { return &c.GitTimeout }},
 	{"max_exec_output", kindBytes, "cap in bytes on each of stdout and stderr of a buffered exec",
 		func(c *Config) any { return &c.MaxExecOutput }},
-	{"shutdown_timeout", kindDuration, "how long shutdown waits for requests to finish",
+	{"shutdown_timeout", kindDuration, "how long shutdown waits for requests and the work they started (creates, backups, restores) before it cancels them",
 		func(c *Config) any { return &c.ShutdownTimeout }},
 	{"stream_write_timeout", kindDuration, "how long a streamed answer waits for a client that reads nothing before it drops the stream",
 		func(c *Config) any { return &c.StreamWriteTimeout }},
