@@ -84,9 +84,9 @@ commands have run. Prints the new sandbox's id, or the sandbox as JSON with --js
 	f.StringVar(&image, "image", "", "image to run (default: the daemon's default image)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable `KEY=VALUE` for every command (repeatable)")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label `KEY=VALUE` to find the sandbox by (repeatable)")
-	f.Int64Var(&memory, "memory", 0, "memory limit in `MB` (0: no limit)")
-	f.Float64Var(&cpus, "cpus", 0, "CPU limit, e.g. 1.5 (0: no limit)")
-	f.Int64Var(&pids, "pids", 0, "limit on the number of processes (0: no limit)")
+	f.Int64Var(&memory, "memory", 0, "memory limit in `MiB` (0: the daemon's default, see hotcell serve --default-limits)")
+	f.Float64Var(&cpus, "cpus", 0, "CPU limit, e.g. 1.5 (0: the daemon's default)")
+	f.Int64Var(&pids, "pids", 0, "limit on the number of processes (0: the daemon's default)")
 	f.BoolVar(&noPersist, "no-persist", false, "do not keep /workspace in a volume")
 	f.StringVar(&repo, "repo", "", "git repository `URL` to clone into /workspace")
 	f.StringVar(&ref, "ref", "", "branch, tag or commit of --repo")
@@ -229,6 +229,9 @@ func formatLimits(l client.Limits) string {
 	}
 	if l.PidsLimit > 0 {
 		parts = append(parts, fmt.Sprintf("pids %d", l.PidsLimit))
+	}
+	if l.DiskMB > 0 {
+		parts = append(parts, fmt.Sprintf("disk %d MB (not enforced yet)", l.DiskMB))
 	}
 	if len(parts) == 0 {
 		return "none"

@@ -68,13 +68,16 @@ func validateCreate(req *wire.CreateSandboxRequest) error {
 	}
 	l := req.Limits
 	if l.MemoryMB < 0 || (l.MemoryMB > 0 && l.MemoryMB < minMemoryMB) || l.MemoryMB > 1<<30 {
-		return errdefs.Invalid("limits.memoryMb", "must be 0 (unlimited) or at least %d", minMemoryMB)
+		return errdefs.Invalid("limits.memoryMb", "must be 0 (the daemon's default) or at least %d", minMemoryMB)
 	}
 	if math.IsNaN(l.CPUs) || l.CPUs < 0 || l.CPUs > 1024 || (l.CPUs > 0 && l.CPUs < 0.01) {
-		return errdefs.Invalid("limits.cpus", "must be 0 (unlimited) or between 0.01 and 1024")
+		return errdefs.Invalid("limits.cpus", "must be 0 (the daemon's default) or between 0.01 and 1024")
 	}
 	if l.PidsLimit < 0 || (l.PidsLimit > 0 && l.PidsLimit < minPids) || l.PidsLimit > 1<<22 {
-		return errdefs.Invalid("limits.pidsLimit", "must be 0 (unlimited) or at least %d (the agent needs a few)", minPids)
+		return errdefs.Invalid("limits.pidsLimit", "must be 0 (the daemon's default) or at least %d (the agent needs a few)", minPids)
+	}
+	if l.DiskMB < 0 || l.DiskMB > 1<<30 {
+		return errdefs.Invalid("limits.diskMb", "must be 0 (the daemon's default) or a size in MiB up to %d", 1<<30)
 	}
 	if r := req.Repo; r != nil {
 		if err := validateRepoURL(r.URL); err != nil {

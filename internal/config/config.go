@@ -23,6 +23,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/clientconfig"
 	"github.com/hotcell/hotcell/internal/redact"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // Defaults that clients and docs rely on.
@@ -89,6 +90,10 @@ type Config struct {
 	// host name off. *.localhost resolves to loopback in browsers, so the
 	// default works on the daemon's host with no DNS set up.
 	PreviewDomain string
+	// DefaultLimits fill, per field, the limits a create request leaves
+	// out; MaxLimits cap what a request may ask for (limits.go). A zero
+	// field is unlimited.
+	DefaultLimits, MaxLimits wire.Limits
 	// Egress settings: see egress.go.
 	EgressNetwork, EgressSubnet, EgressDNSUpstream, EgressDefaultMode, EgressGatewayPort string
 	// Lifecycle defaults and reconciler settings (lifecycle.go).
@@ -111,6 +116,7 @@ const (
 	kindString kind = iota
 	kindDuration
 	kindBytes
+	kindLimits
 )
 
 // setting describes one configuration value. Its TOML key is key, its flag
@@ -119,7 +125,7 @@ type setting struct {
 	key   string
 	kind  kind
 	usage string
-	field func(*Config) any // *string, *time.Duration or *int64
+	field func(*Config) any // *string, *time.Duration, *int64 or *wire.Limits
 }
 
 func (s setting) flag() string { return strings.ReplaceAll(s.key, "_", "-") }
@@ -154,6 +160,10 @@ var settings = []setting{
 		func(c *Config) any { return &c.StreamWriteTimeout }},
 	{"preview_domain", kindString, "domain whose names {port}-{sandbox id}.DOMAIN serve port previews (empty: off)",
 		func(c *Config) any { return &c.PreviewDomain }},
+	{"default_limits", kindLimits, "limits of a sandbox whose create gives none, per field: " + limitsSyntax + "; fields not named keep this default; disk is recorded, not enforced yet",
+		func(c *Config) any { return &c.DefaultLimits }},
+	{"max_limits", kindLimits, "largest limits a create may ask for, same syntax; fields not named have no maximum",
+		func(c *Config) any { return &c.MaxLimits }},
 	{"egress_network", kindString, "name of the bridge network sandboxes join",
 		func(c *Config) any { return &c.EgressNetwork }},
 	{"egress_subnet", kindString, "subnet (CIDR) of the egress network; firewall rules key on it",
@@ -201,6 +211,8 @@ func Default() Config {
 		OrphanGrace:        10 * time.Minute,
 		EngineRestart:      "restart",
 		PreviewDomain:      DefaultPreviewDomain,
+		DefaultLimits:      DefaultSandboxLimits,
+		MaxLimits:          DefaultMaxLimits,
 
 		EgressNetwork:     DefaultEgressNetwork,
 		EgressSubnet:      DefaultEgressSubnet,
@@ -222,6 +234,8 @@ func AddFlags(fs *pflag.FlagSet) {
 			fs.Duration(s.flag(), *p, usage)
 		case *int64:
 			fs.Int64(s.flag(), *p, usage)
+		case *wire.Limits:
+			fs.String(s.flag(), FormatLimits(*p), usage)
 		}
 	}
 }
@@ -376,6 +390,15 @@ func (c *Config) set(s setting, raw, source string) error {
 			return fmt.Errorf("config: %s %q: want an integer number of bytes (from %s)", s.key, raw, source)
 		}
 		*p = n
+	case *wire.Limits:
+		// Each source replaces the whole setting; the fields it does not
+		// name keep the shipped default, not a lower source's value.
+		def := Default()
+		l, err := parseLimits(raw, *s.field(&def).(*wire.Limits))
+		if err != nil {
+			return fmt.Errorf("config: %s %q: %v; want %s (from %s)", s.key, raw, err, limitsSyntax, source)
+		}
+		*p = l
 	}
 	if c.sources == nil {
 		c.sources = map[string]string{}
@@ -452,6 +475,9 @@ func (c *Config) Validate() error {
 		return bad("preview_domain", c.PreviewDomain, "%v", err)
 	}
 
+	if err := c.validateLimits(bad); err != nil {
+		return err
+	}
 	if err := c.validateEgress(bad); err != nil {
 		return err
 	}
@@ -590,6 +616,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
 		slog.Duration("stream_write_timeout", c.StreamWriteTimeout),
 		slog.String("preview_domain", c.PreviewDomain),
+		slog.String("default_limits", FormatLimits(c.DefaultLimits)),
+		slog.String("max_limits", FormatLimits(c.MaxLimits)),
 	)
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/spf13/pflag"
+
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // fakeAgent writes an executable stand-in for hotcell-agent.
@@ -73,6 +75,7 @@ func TestDefaults(t *testing.T) {
 		LifetimeAction:     "destroy",
 		OrphanGrace:        10 * time.Minute,
 		EngineRestart:      "restart",
+		DefaultLimits:      wire.Limits{MemoryMB: 2048, CPUs: 1, PidsLimit: 1024, DiskMB: 10240},
 
 		EgressNetwork: "hotcell-egress", EgressSubnet: "10.213.0.0/16", EgressDefaultMode: "open", EgressGatewayPort: "8090",
 		EgressDNSUpstream: got.EgressDNSUpstream, // the host's resolv.conf

@@ -46,6 +46,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if log == nil {
 		log = slog.Default()
 	}
+	protectFromOOM(log)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
@@ -113,6 +114,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Gateway:      gw,
 		Stats:        sampler.Sample,
 		Ops:          ops,
+
+		DefaultLimits: cfg.DefaultLimits,
+		MaxLimits:     cfg.MaxLimits,
 	})
 	defer mgr.Close() // also when a later step of the start fails
 	if err := mgr.Recover(ctx); err != nil {
@@ -154,6 +158,8 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 			return wire.HostInfo{
 				Version: buildinfo.Version(), Driver: di.Name, EngineVersion: di.EngineVersion,
 				CPUs: di.CPUs, MemoryBytes: di.MemoryBytes, Sandboxes: n, DefaultImage: cfg.DefaultImage,
+				DefaultLimits: cfg.DefaultLimits, MaxLimits: cfg.MaxLimits,
+				DiskLimitEnforced: false, // limits.diskMb is recorded and checked, not enforced yet
 			}, nil
 		},
 	}, mgr))

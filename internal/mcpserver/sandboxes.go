@@ -10,9 +10,9 @@ import (
 )
 
 type limitsIn struct {
-	MemoryMB  int64   `json:"memoryMb,omitempty" jsonschema:"memory limit in MiB (at least a few MiB); 0 or absent means unlimited"`
-	CPUs      float64 `json:"cpus,omitempty" jsonschema:"CPU limit in cores, fractions allowed (0.5 = half a core); 0 or absent means unlimited"`
-	PidsLimit int64   `json:"pidsLimit,omitempty" jsonschema:"maximum number of processes and threads; 0 or absent means unlimited"`
+	MemoryMB  int64   `json:"memoryMb,omitempty" jsonschema:"memory limit in MiB (at least a few MiB); 0 or absent means the daemon's default (GET /v1/host defaultLimits)"`
+	CPUs      float64 `json:"cpus,omitempty" jsonschema:"CPU limit in cores, fractions allowed (0.5 = half a core); 0 or absent means the daemon's default"`
+	PidsLimit int64   `json:"pidsLimit,omitempty" jsonschema:"maximum number of processes and threads; 0 or absent means the daemon's default"`
 }
 
 type repoIn struct {
@@ -24,7 +24,7 @@ type createIn struct {
 	Image  string            `json:"image,omitempty" jsonschema:"container image, e.g. hotcell/base:latest (Debian with bash, python3, git, curl); absent means the daemon's default image"`
 	Env    map[string]string `json:"env,omitempty" jsonschema:"environment variables for every command run in the sandbox"`
 	Labels map[string]string `json:"labels,omitempty" jsonschema:"free key/value labels, for finding the sandbox again with sandbox_list"`
-	Limits *limitsIn         `json:"limits,omitempty" jsonschema:"resource limits; absent means unlimited"`
+	Limits *limitsIn         `json:"limits,omitempty" jsonschema:"resource limits; absent fields take the daemon's defaults, fields above its maximum are refused"`
 	Repo   *repoIn           `json:"repo,omitempty" jsonschema:"a git repository to clone into /workspace before the setup commands"`
 	Setup  []string          `json:"setup,omitempty" jsonschema:"shell commands run in order in /workspace after the clone (e.g. 'pip install -r requirements.txt'); each one's exit code and output tail are in the result, and a failing one does not stop the sandbox from being created"`
 }

@@ -62,6 +62,9 @@ type Options struct {
 	// Stats reads a box's counters for Manager.Stats (stats.go); nil
 	// turns stats off.
 	Stats Sampler
+	// DefaultLimits and MaxLimits are the daemon's default_limits and
+	// max_limits (ResolveLimits); zero values leave sandboxes unlimited.
+	DefaultLimits, MaxLimits wire.Limits
 }
 
 // Manager drives sandboxes through their lifecycle.
@@ -187,6 +190,10 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if err != nil {
 		return wire.Sandbox{}, err
 	}
+	limits, err := ResolveLimits(req.Limits, m.opts.DefaultLimits, m.opts.MaxLimits)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	// The image comes first so that a missing one leaves nothing behind.
 	if err := m.drv.EnsureImage(ctx, image, progress); err != nil {
 		return wire.Sandbox{}, err
@@ -199,7 +206,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		Image:     image,
 		Env:       req.Env,
 		Labels:    req.Labels,
-		Limits:    req.Limits,
+		Limits:    limits,
 		Persist:   persist,
 		Egress:    egress,
 		CreatedAt: now,
@@ -247,7 +254,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		Image:         image,
 		Env:           req.Env,
 		Labels:        req.Labels,
-		Limits:        req.Limits,
+		Limits:        limits,
 		Persist:       persist,
 		HostRunDir:    m.runDir(sb.ID),
 		HostAgentPath: m.opts.AgentBinary,

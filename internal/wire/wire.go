@@ -17,11 +17,16 @@ const (
 	StateDestroyed State = "destroyed"
 )
 
-// Limits caps a sandbox's resources. Zero means unlimited.
+// Limits caps a sandbox's resources. In a create request a zero field
+// takes the daemon's default (HostInfo.DefaultLimits); in a sandbox and in
+// the daemon's settings, zero means unlimited.
 type Limits struct {
 	MemoryMB  int64   `json:"memoryMb,omitempty"`
 	CPUs      float64 `json:"cpus,omitempty"`
 	PidsLimit int64   `json:"pidsLimit,omitempty"`
+	// DiskMB is recorded and checked against the daemon's maximum; it is
+	// not enforced yet (HostInfo.DiskLimitEnforced).
+	DiskMB int64 `json:"diskMb,omitempty"`
 }
 
 // Repo is a git repository cloned into /workspace at create.
@@ -214,6 +219,12 @@ type HostInfo struct {
 	MemoryBytes   int64  `json:"memoryBytes"`
 	Sandboxes     int    `json:"sandboxes"`
 	DefaultImage  string `json:"defaultImage"`
+	// DefaultLimits fill the fields a create request leaves out; MaxLimits
+	// cap what it may ask for. A zero or absent field is unlimited.
+	DefaultLimits Limits `json:"defaultLimits"`
+	MaxLimits     Limits `json:"maxLimits"`
+	// DiskLimitEnforced is false while limits.diskMb is only recorded.
+	DiskLimitEnforced bool `json:"diskLimitEnforced"`
 }
 
 // ArchiveResult is the answer of an archive extraction (PUT /v1/archive on

@@ -27,6 +27,11 @@ const WorkspaceDir = "/workspace"
 // EnvSandboxID names the sandbox inside the box.
 const EnvSandboxID = "HOTCELL_SANDBOX_ID"
 
+// SandboxOOMScoreAdj is every sandbox process's oom_score_adj (inherited
+// from the agent, PID 1); without CAP_SYS_RESOURCE, which Capabilities
+// leaves out, code inside cannot lower it.
+const SandboxOOMScoreAdj = 500
+
 // Capabilities is the capability set of a box; everything else is dropped.
 //
 // Kept, because normal development inside the box needs them as root:
@@ -165,6 +170,9 @@ func containerConfig(spec driver.Spec) (*container.Config, *container.HostConfig
 		SecurityOpt:   []string{"no-new-privileges"},
 		CapDrop:       []string{"ALL"},
 		CapAdd:        slices.Clone(Capabilities),
+		// Above the daemon's (negative) score: a sandbox that drives the
+		// host out of memory loses its processes before the daemon does.
+		OomScoreAdj: SandboxOOMScoreAdj,
 	}
 	if spec.Network != "" {
 		hostCfg.NetworkMode = container.NetworkMode(spec.Network)
