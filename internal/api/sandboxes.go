@@ -19,7 +19,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(r, maxCreateBody, &req); err != nil {
 		return err
 	}
-	if err := validateCreate(&req); err != nil {
+	if err := validateCreate(&req, s.opts.AllowLocalRepos); err != nil {
 		return err
 	}
 	if err := sandbox.ValidateTimeouts("timeouts", req.Timeouts); err != nil {

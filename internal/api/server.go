@@ -43,6 +43,9 @@ type Options struct {
 	// PreviewDomain serves {port}-{id}.<PreviewDomain> as the HTTP preview
 	// of that port; empty turns previews by host name off.
 	PreviewDomain string
+	// AllowLocalRepos lets a create's repo.url be a host path or file://
+	// URL (the daemon's allow_local_repos).
+	AllowLocalRepos bool
 	// Metrics serves GET /metrics; nil answers it with 501.
 	Metrics http.Handler
 	// ObserveRequest, if set, learns of every finished request; r.Pattern

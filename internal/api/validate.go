@@ -56,7 +56,9 @@ func validateLabel(field, k, v string) error {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-func validateCreate(req *wire.CreateSandboxRequest) error {
+// validateCreate checks a create request; allowLocalRepos is the daemon's
+// allow_local_repos setting.
+func validateCreate(req *wire.CreateSandboxRequest, allowLocalRepos bool) error {
 	if req.Image != "" && (len(req.Image) > 255 || !imagePattern.MatchString(req.Image)) {
 		return errdefs.Invalid("image", "%q is not an image reference like hotcell/base:latest", clip(req.Image))
 	}
@@ -80,7 +82,7 @@ func validateCreate(req *wire.CreateSandboxRequest) error {
 		return errdefs.Invalid("limits.diskMb", "must be 0 (the daemon's default) or a size in MiB up to %d", 1<<30)
 	}
 	if r := req.Repo; r != nil {
-		if err := validateRepoURL(r.URL); err != nil {
+		if err := validateRepoURL(r.URL, allowLocalRepos); err != nil {
 			return err
 		}
 		if r.Ref != "" && (!refPattern.MatchString(r.Ref) || strings.HasPrefix(r.Ref, "-") || strings.Contains(r.Ref, "..")) {
@@ -106,8 +108,10 @@ func validateCreate(req *wire.CreateSandboxRequest) error {
 }
 
 // validateRepoURL allows the transports git can use without running a
-// program named by the URL; a local path must be absolute.
-func validateRepoURL(raw string) error {
+// program named by the URL. A host path or file:// URL is allowed only when
+// the operator opted in (allowLocal): the clone runs on the host as the
+// daemon's user, so it would copy any repository the daemon can read.
+func validateRepoURL(raw string, allowLocal bool) error {
 	const field = "repo.url"
 	if raw == "" {
 		return errdefs.Invalid(field, "is empty")
@@ -118,24 +122,40 @@ func validateRepoURL(raw string) error {
 	if strings.HasPrefix(raw, "-") {
 		return errdefs.Invalid(field, "must not start with '-'")
 	}
+	local := func() error {
+		if allowLocal {
+			return nil
+		}
+		return errdefs.Invalid(field, "%q is a path on the daemon's host: local repositories are refused unless the daemon runs with allow_local_repos (--allow-local-repos, HOTCELL_ALLOW_LOCAL_REPOS)", clip(raw))
+	}
 	if strings.HasPrefix(raw, "/") {
-		return nil
+		return local()
 	}
 	if i := strings.Index(raw, "://"); i > 0 {
-		switch raw[:i] {
-		case "https", "http", "ssh", "git", "file":
+		switch strings.ToLower(raw[:i]) {
+		case "https", "http", "ssh", "git":
+			u, err := url.Parse(raw)
+			if err != nil {
+				return errdefs.Invalid(field, "does not parse: %v", err)
+			}
+			if u.Host == "" {
+				return errdefs.Invalid(field, "%q names no host", clip(raw))
+			}
+			return nil
+		case "file":
 			if _, err := url.Parse(raw); err != nil {
 				return errdefs.Invalid(field, "does not parse: %v", err)
 			}
-			return nil
+			return local()
 		}
-		return errdefs.Invalid(field, "scheme %q is not allowed (use https, http, ssh, git or file)", clip(raw[:i]))
+		return errdefs.Invalid(field, "scheme %q is not allowed (use https, http, ssh or git)", clip(raw[:i]))
 	}
-	// scp-like ssh syntax: user@host:path
-	if at, colon := strings.Index(raw, "@"), strings.Index(raw, ":"); at > 0 && colon > at && !strings.Contains(raw[:colon], "::") {
+	// scp-like ssh syntax: user@host:path. git reads a '/' before the first
+	// ':' as a local path, so such a string is not one.
+	if at, colon := strings.Index(raw, "@"), strings.Index(raw, ":"); at > 0 && colon > at+1 && !strings.Contains(raw[:colon], "/") && !strings.Contains(raw[:colon], "::") {
 		return nil
 	}
-	return errdefs.Invalid(field, "%q is not a repository URL (https://..., ssh://..., user@host:path or an absolute path)", clip(raw))
+	return errdefs.Invalid(field, "%q is not a repository URL (https://..., ssh://..., git://... or user@host:path)", clip(raw))
 }
 
 func parseBool(field, s string) (bool, error) {

@@ -15,6 +15,56 @@ import (
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
+// TestValidateRepoURL is the table of what repo.url may name: a network
+// remote always, a path on the daemon's host only with allow_local_repos.
+func TestValidateRepoURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url                  string
+		strict, allowLocalOK bool
+	}{
+		{"https://example.com/r.git", true, true},
+		{"https://user:tok@example.com/r.git", true, true},
+		{"HTTP://example.com/r.git", true, true},
+		{"ssh://git@example.com/org/r.git", true, true},
+		{"git://example.com/r.git", true, true},
+		{"git@example.com:org/r.git", true, true},
+		{"/srv/repos/r.git", false, true},
+		{"/root/.ssh", false, true},
+		{"file:///srv/repos/r.git", false, true},
+		{"FILE:///srv/repos/r.git", false, true},
+		{"relative/path", false, false},
+		{"./r.git", false, false},
+		{"dir/a@b:c", false, false},
+		{"@host:path", false, false},
+		{"user@:path", false, false},
+		{"https:///nohost", false, false},
+		{"ext::sh -c id", false, false},
+		{"ext::sh", false, false},
+		{"fd::3", false, false},
+		{"ftp://example.com/r.git", false, false},
+		{"gopher://example.com/r", false, false},
+		{"-uhttps://x", false, false},
+		{"", false, false},
+		{"https://example.com/r\x00", false, false},
+		{"https://example.com/r\n", false, false},
+	} {
+		for _, allow := range []bool{false, true} {
+			want := tc.strict || (allow && tc.allowLocalOK)
+			err := validateRepoURL(tc.url, allow)
+			if want && err != nil {
+				t.Errorf("validateRepoURL(%q, allowLocal=%v): got %v, want valid", tc.url, allow, err)
+			}
+			if !want && (!errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "repo.url")) {
+				t.Errorf("validateRepoURL(%q, allowLocal=%v): got %v, want an invalid-argument error naming repo.url", tc.url, allow, err)
+			}
+			if !want && !allow && tc.allowLocalOK && !strings.Contains(err.Error(), "allow_local_repos") {
+				t.Errorf("validateRepoURL(%q): %v does not name the allow_local_repos setting", tc.url, err)
+			}
+		}
+	}
+}
+
 func TestValidateCreate(t *testing.T) {
 	t.Parallel()
 	ok := []wire.CreateSandboxRequest{
@@ -23,12 +73,11 @@ func TestValidateCreate(t *testing.T) {
 		{Image: "localhost:5000/a/b@sha256:" + strings.Repeat("a", 64)},
 		{Limits: wire.Limits{MemoryMB: 512, CPUs: 1.5, PidsLimit: 256}},
 		{Repo: &wire.Repo{URL: "https://user:tok@example.com/r.git", Ref: "feature/x"}},
-		{Repo: &wire.Repo{URL: "/srv/repos/r.git"}},
 		{Repo: &wire.Repo{URL: "git@example.com:org/r.git", Ref: "v1.2.3"}},
 		{Setup: []string{"make deps"}, SetupTimeoutMs: 1000},
 	}
 	for i, req := range ok {
-		if err := validateCreate(&req); err != nil {
+		if err := validateCreate(&req, false); err != nil {
 			t.Errorf("case %d: got %v, want valid", i, err)
 		}
 	}
@@ -53,7 +102,7 @@ func TestValidateCreate(t *testing.T) {
 		{wire.CreateSandboxRequest{SetupTimeoutMs: -1}, "setupTimeoutMs"},
 	}
 	for _, tc := range bad {
-		err := validateCreate(&tc.req)
+		err := validateCreate(&tc.req, true)
 		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%+v: got %v, want an invalid-argument error naming %s", tc.req, err, tc.field)
 		}
@@ -79,7 +128,7 @@ func FuzzCreateRequest(f *testing.F) {
 			}
 			return
 		}
-		if err := validateCreate(&req); err != nil {
+		if err := validateCreate(&req, false); err != nil {
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Fatalf("validation error of the wrong class: %v", err)
 			}

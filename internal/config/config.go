@@ -76,6 +76,10 @@ type Config struct {
 	// fetch, checkout): a stalled remote fails the create instead of
 	// holding it forever.
 	GitTimeout time.Duration
+	// AllowLocalRepos lets a create's repo.url be a host path or file://
+	// URL. Off by default: the clone runs on the host, as the daemon's
+	// user, so a local path would copy any host repository into a sandbox.
+	AllowLocalRepos bool
 	// MaxExecOutput caps each of stdout and stderr of a buffered exec, in bytes.
 	MaxExecOutput int64
 	// ShutdownTimeout is the grace period of a shutdown: how long it waits
@@ -117,6 +121,7 @@ const (
 	kindDuration
 	kindBytes
 	kindLimits
+	kindBool
 )
 
 // setting describes one configuration value. Its TOML key is key, its flag
@@ -125,7 +130,7 @@ type setting struct {
 	key   string
 	kind  kind
 	usage string
-	field func(*Config) any // *string, *time.Duration, *int64 or *wire.Limits
+	field func(*Config) any // *string, *time.Duration, *int64, *bool or *wire.Limits
 }
 
 func (s setting) flag() string { return strings.ReplaceAll(s.key, "_", "-") }
@@ -152,6 +157,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.SetupTimeout }},
 	{"git_timeout", kindDuration, "timeout of the host-side git clone of a create's repo",
 		func(c *Config) any { return &c.GitTimeout }},
+	{"allow_local_repos", kindBool, "let a create's repo.url be a host path or file:// URL (the clone runs on the host: only for trusted clients)",
+		func(c *Config) any { return &c.AllowLocalRepos }},
 	{"max_exec_output", kindBytes, "cap in bytes on each of stdout and stderr of a buffered exec",
 		func(c *Config) any { return &c.MaxExecOutput }},
 	{"shutdown_timeout", kindDuration, "how long shutdown waits for requests and the work they started (creates, backups, restores) before it cancels them",
@@ -236,6 +243,8 @@ func AddFlags(fs *pflag.FlagSet) {
 			fs.Int64(s.flag(), *p, usage)
 		case *wire.Limits:
 			fs.String(s.flag(), FormatLimits(*p), usage)
+		case *bool:
+			fs.Bool(s.flag(), *p, usage)
 		}
 	}
 }
@@ -315,6 +324,11 @@ func (c *Config) applyFile(path, namedBy string) error {
 				return fmt.Errorf("config: %s: %s: want an integer number of bytes, got string %q", path, k, v)
 			}
 			raw = v
+		case bool:
+			if s.kind != kindBool {
+				return fmt.Errorf("config: %s: %s: want a string%s, got boolean %v", path, k, durationHint(s), v)
+			}
+			raw = strconv.FormatBool(v)
 		case int64:
 			if s.kind != kindBytes {
 				return fmt.Errorf("config: %s: %s: want a string%s, got integer %d", path, k, durationHint(s), v)
@@ -399,6 +413,12 @@ func (c *Config) set(s setting, raw, source string) error {
 			return fmt.Errorf("config: %s %q: %v; want %s (from %s)", s.key, raw, err, limitsSyntax, source)
 		}
 		*p = l
+	case *bool:
+		b, err := strconv.ParseBool(strings.TrimSpace(raw))
+		if err != nil {
+			return fmt.Errorf("config: %s %q: want true or false (from %s)", s.key, raw, source)
+		}
+		*p = b
 	}
 	if c.sources == nil {
 		c.sources = map[string]string{}
@@ -612,6 +632,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("exec_timeout", c.ExecTimeout),
 		slog.Duration("setup_timeout", c.SetupTimeout),
 		slog.Duration("git_timeout", c.GitTimeout),
+		slog.Bool("allow_local_repos", c.AllowLocalRepos),
 		slog.Int64("max_exec_output", c.MaxExecOutput),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
 		slog.Duration("stream_write_timeout", c.StreamWriteTimeout),

@@ -44,6 +44,9 @@ type Options struct {
 	SetupTimeout time.Duration
 	// GitTimeout bounds the host-side git work of a create's repo.
 	GitTimeout time.Duration
+	// AllowLocalRepos lets git use the file transport (host paths and
+	// file:// URLs); the API refuses them before this unless it is set.
+	AllowLocalRepos bool
 	// ReadyTimeout bounds how long a started box may take to connect its agent.
 	ReadyTimeout time.Duration
 	// StopTimeout is how long a stopping agent gets before it is killed.

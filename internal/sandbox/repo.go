@@ -37,6 +37,15 @@ func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire
 		return wire.RepoResult{}, fmt.Errorf("create temp dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	home, err := os.MkdirTemp(tmpRoot, "home-")
+	if err != nil {
+		return wire.RepoResult{}, fmt.Errorf("create temp dir: %w", err)
+	}
+	defer os.RemoveAll(home)
+	env := gitEnv(home, m.opts.AllowLocalRepos)
+	git := func(ctx context.Context, dir, rawURL string, args ...string) error {
+		return runGit(ctx, env, dir, rawURL, args...)
+	}
 	safe := redact.URLWithoutUserinfo(repo.URL)
 	// The host-side git work has its own deadline: a remote that accepts
 	// and never answers must fail the create, not hold it (and its lock)
@@ -72,7 +81,7 @@ func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire
 	if err := git(ctx, dir, repo.URL, "remote", "set-url", "origin", safe); err != nil {
 		return wire.RepoResult{}, fmt.Errorf("remove credentials from origin: %w", timedOut(err))
 	}
-	out, err := gitOutput(ctx, dir, "rev-parse", "HEAD")
+	out, err := gitOutput(ctx, env, dir, "rev-parse", "HEAD")
 	if err != nil {
 		return wire.RepoResult{}, fmt.Errorf("read cloned commit: %w", timedOut(err))
 	}
@@ -82,34 +91,53 @@ func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire
 	return wire.RepoResult{URL: safe, Ref: repo.Ref, Commit: strings.TrimSpace(out)}, nil
 }
 
-// gitEnv keeps git from prompting (for a password, or ssh for a host key
-// or passphrase: the daemon has no terminal, and a prompt would wait until
-// the timeout) and from running helper programs named in a URL (the ext::
-// transport would run a command on the host).
-func gitEnv() []string {
-	return append(os.Environ(),
-		"GIT_TERMINAL_PROMPT=0",
-		"GIT_SSH_COMMAND=ssh -o BatchMode=yes",
-		"GIT_ALLOW_PROTOCOL=file:git:http:https:ssh",
+// gitEnv is the whole environment of the host-side git: the daemon's own
+// (root's HOME, its ~/.gitconfig with credential helpers and insteadOf
+// rewrites, ~/.ssh keys, proxies, GIT_* settings) is not passed on, so a
+// clone uses only what its URL carries. home is an empty directory. It also
+// keeps git from prompting (for a password, or ssh for a host key or
+// passphrase: the daemon has no terminal, and a prompt would wait until the
+// timeout) and from running helper programs named in a URL (the ext::
+// transport would run a command on the host). allowLocal adds the file
+// transport, which is otherwise refused here as well as by the API.
+func gitEnv(home string, allowLocal bool) []string {
+	protocols := "git:http:https:ssh"
+	if allowLocal {
+		protocols = "file:" + protocols
+	}
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	return []string{
+		"PATH=" + path,
+		"HOME=" + home,
+		"LC_ALL=C",
 		"GIT_CONFIG_NOSYSTEM=1",
-	)
+		"GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_TERMINAL_PROMPT=0",
+		"GIT_ASKPASS=",
+		"SSH_ASKPASS=",
+		"GIT_SSH_COMMAND=ssh -o BatchMode=yes",
+		"GIT_ALLOW_PROTOCOL=" + protocols,
+	}
 }
 
 // gitCommand runs git in its own process group: git hands the network to
 // helpers (git-remote-http, ssh) that hold its pipes, so the end of ctx
 // kills them all, and Wait gives up on the pipes soon after.
-func gitCommand(ctx context.Context, dir string, args ...string) *exec.Cmd {
+func gitCommand(ctx context.Context, env []string, dir string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
-	cmd.Env = gitEnv()
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
 
-func git(ctx context.Context, dir, rawURL string, args ...string) error {
-	cmd := gitCommand(ctx, dir, args...)
+func runGit(ctx context.Context, env []string, dir, rawURL string, args ...string) error {
+	cmd := gitCommand(ctx, env, dir, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -129,8 +157,8 @@ func git(ctx context.Context, dir, rawURL string, args ...string) error {
 	return nil
 }
 
-func gitOutput(ctx context.Context, dir string, args ...string) (string, error) {
-	cmd := gitCommand(ctx, dir, args...)
+func gitOutput(ctx context.Context, env []string, dir string, args ...string) (string, error) {
+	cmd := gitCommand(ctx, env, dir, args...)
 	out, err := cmd.Output()
 	return string(out), err
 }

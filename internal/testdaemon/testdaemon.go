@@ -47,6 +47,7 @@ type Daemon struct {
 	EgressSubnet  netip.Prefix
 	ownsEgress    bool
 	args          []string
+	env           []string
 }
 
 // Options change how Start runs the daemon.
@@ -61,6 +62,9 @@ type Options struct {
 	// network and subnet instead of a network of its own, which it then
 	// leaves in place on Close.
 	ShareEgressOf *Daemon
+	// Env are extra NAME=value variables of the daemon's environment,
+	// after (so overriding) the test process's own.
+	Env []string
 }
 
 // Start starts hotcell serve on a fresh data dir, for t alone: t's
@@ -109,6 +113,16 @@ func StartFailing(t testing.TB, opts Options) (exitErr error, log string) {
 	return exitErr, d.Logs()
 }
 
+// sharedOptions are the options of the shared daemon; see SetSharedOptions.
+var sharedOptions Options
+
+// SetSharedOptions sets the options the shared daemon will start with; call
+// it from TestMain before m.Run. ShareEgressOf is ignored.
+func SetSharedOptions(opts Options) {
+	opts.ShareEgressOf = nil
+	sharedOptions = opts
+}
+
 var shared struct {
 	once sync.Once
 	d    *Daemon
@@ -123,7 +137,7 @@ var shared struct {
 func Shared(t testing.TB) *Daemon {
 	t.Helper()
 	env := prepare(t)
-	shared.once.Do(func() { shared.d, shared.err = launch(env, Options{}, nil) })
+	shared.once.Do(func() { shared.d, shared.err = launch(env, sharedOptions, nil) })
 	if shared.err != nil {
 		t.Fatalf("the shared daemon did not start: %v", shared.err)
 	}
@@ -203,6 +217,7 @@ func newDaemon(e env, opts Options, owner testing.TB) (*Daemon, error) {
 		"--egress-subnet", d.EgressSubnet.String(),
 		"--egress-dns-upstream", "127.0.0.1:1",
 	}, opts.Args...)
+	d.env = opts.Env
 	return d, nil
 }
 
@@ -216,6 +231,9 @@ func (d *Daemon) command(logf *os.File) *exec.Cmd {
 		"--log-level", "debug",
 	)
 	cmd.Args = append(cmd.Args, d.args...)
+	if len(d.env) > 0 {
+		cmd.Env = append(os.Environ(), d.env...)
+	}
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	return cmd

@@ -24,6 +24,9 @@ func sharedDaemon(t *testing.T) *testdaemon.Daemon {
 }
 
 func TestMain(m *testing.M) {
+	// The tests that clone a repository clone a local one (makeRepo); a
+	// daemon refuses host paths unless the operator opts in.
+	testdaemon.SetSharedOptions(testdaemon.Options{Args: []string{"--allow-local-repos"}})
 	code := m.Run()
 	testdaemon.CloseShared()
 	os.Exit(code)

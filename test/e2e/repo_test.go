@@ -56,7 +56,7 @@ func silentServer(t *testing.T) string {
 // what to do, leaves nothing behind, and the daemon goes on serving.
 func TestRepoCloneTimeout(t *testing.T) {
 	testenv.RequireTool(t, "git")
-	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{"--git-timeout", "3s"}})
+	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{"--git-timeout", "3s", "--allow-local-repos"}})
 	t.Cleanup(d.Close)
 	ctx := t.Context()
 	addr := silentServer(t)
