@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/termsafe"
 )
 
 // isTTY reports whether w is a terminal, where progress bars make sense.
@@ -103,7 +104,7 @@ func (a *app) backupsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tCREATED\tSIZE\tGZIP\tSOURCE\tSHA256")
 			for _, b := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\t%s\n", b.ID, b.CreatedAt.Local().Format(time.DateTime), b.Size, b.Gzip, b.Source, b.SHA256[:min(12, len(b.SHA256))])
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\t%s\n", b.ID, b.CreatedAt.Local().Format(time.DateTime), b.Size, b.Gzip, termsafe.String(b.Source), b.SHA256[:min(12, len(b.SHA256))])
 			}
 			return tw.Flush()
 		},
@@ -168,7 +169,7 @@ request (POST /v1/sandboxes).`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s\t%s\n", sn.ID, sn.Image)
+			fmt.Fprintf(a.stdout, "%s\t%s\n", sn.ID, termsafe.String(sn.Image))
 			return nil
 		},
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/termsafe"
 )
 
 func (a *app) egressCmd() *cobra.Command {
@@ -62,7 +63,8 @@ each with an optional :port). The new policy is in force when the command return
 
 func (a *app) printEgress(st client.EgressStatus) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	// Names come from the sandbox's own DNS queries.
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, termsafe.String(v)) }
 	row("Mode", st.Policy.Mode)
 	if len(st.Policy.Allow) > 0 {
 		row("Allow", strings.Join(st.Policy.Allow, ", "))

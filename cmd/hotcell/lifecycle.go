@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/termsafe"
 )
 
 func (a *app) pauseCmd() *cobra.Command {
@@ -154,7 +155,7 @@ sandbox is destroyed (or, for all, until interrupted).`,
 					}
 					line += "  " + strings.Join(kv, " ")
 				}
-				_, err := fmt.Fprintln(a.stdout, strings.TrimRight(line, " "))
+				_, err := fmt.Fprintln(a.stdout, termsafe.String(strings.TrimRight(line, " ")))
 				return err
 			}
 			if !follow {

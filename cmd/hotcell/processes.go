@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/termsafe"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -50,7 +51,7 @@ whose logs are still kept.`,
 				return a.printJSON(client.ProcessList{Processes: list})
 			case quiet:
 				for _, p := range list {
-					fmt.Fprintln(a.stdout, p.ID)
+					fmt.Fprintln(a.stdout, termsafe.String(p.ID))
 				}
 				return nil
 			}
@@ -79,7 +80,7 @@ func writeProcessTable(w io.Writer, list []client.Process, now time.Time) error 
 				exit += " (" + p.Signal + ")"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, name, p.State, exit, ago(now, p.StartedAt), truncate(processCommand(p), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(p.ID), termsafe.String(name), termsafe.String(string(p.State)), termsafe.String(exit), ago(now, p.StartedAt), termsafe.String(truncate(processCommand(p), 60)))
 	}
 	return tw.Flush()
 }

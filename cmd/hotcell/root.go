@@ -18,6 +18,7 @@ import (
 	"github.com/hotcell/hotcell/internal/buildinfo"
 	"github.com/hotcell/hotcell/internal/clientconfig"
 	"github.com/hotcell/hotcell/internal/redact"
+	"github.com/hotcell/hotcell/internal/termsafe"
 )
 
 // Exit codes other than a remote command's own.
@@ -101,7 +102,8 @@ func (a *app) exitCode(ctx context.Context, cmd *cobra.Command, err error) int {
 		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", name)
 		return exitUsage
 	}
-	fmt.Fprintf(a.stderr, "hotcell: %s\n", a.describe(err))
+	// An error may quote what a sandbox said (an agent error, a path).
+	fmt.Fprintf(a.stderr, "hotcell: %s\n", termsafe.Text(a.describe(err)))
 	return exitError
 }
 

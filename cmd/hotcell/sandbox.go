@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/termsafe"
 )
 
 func (a *app) createCmd() *cobra.Command {
@@ -66,7 +67,7 @@ commands have run. Prints the new sandbox's id, or the sandbox as JSON with --js
 			var sb client.Sandbox
 			// Progress goes to stderr so that stdout stays the id alone.
 			if showProgress || isTTY(a.stderr) {
-				sb, err = c.CreateSandboxProgress(cmd.Context(), req, func(msg string) { fmt.Fprintln(a.stderr, msg) })
+				sb, err = c.CreateSandboxProgress(cmd.Context(), req, func(msg string) { fmt.Fprintln(a.stderr, termsafe.String(msg)) })
 			} else {
 				sb, err = c.CreateSandbox(cmd.Context(), req)
 			}
@@ -142,7 +143,7 @@ func (a *app) lsCmd() *cobra.Command {
 			fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tLABELS")
 			now := time.Now()
 			for _, sb := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Image, ago(now, sb.CreatedAt), formatKV(sb.Labels))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, termsafe.String(sb.Image), ago(now, sb.CreatedAt), termsafe.String(formatKV(sb.Labels)))
 			}
 			return tw.Flush()
 		},
@@ -186,7 +187,7 @@ func (a *app) inspectCmd() *cobra.Command {
 
 func (a *app) printSandbox(sb client.Sandbox) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, termsafe.String(v)) }
 	row("ID", sb.ID)
 	row("State", string(sb.State))
 	if sb.Error != "" {

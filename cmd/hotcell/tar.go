@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/hotcell/hotcell/internal/termsafe"
 	"github.com/hotcell/hotcell/internal/treetar"
 )
 
@@ -17,7 +18,7 @@ import (
 // what cannot be archived (sockets, devices, fifos) is skipped with a warning.
 func writeTar(w io.Writer, dir string, warn io.Writer) error {
 	return treetar.Write(w, dir, func(p string) {
-		fmt.Fprintf(warn, "hotcell: cp: skipping %s: not a file, directory or symlink\n", p)
+		fmt.Fprintf(warn, "hotcell: cp: skipping %s: not a file, directory or symlink\n", termsafe.String(p))
 	})
 }
 
@@ -108,7 +109,7 @@ func extractTar(r io.Reader, dir string, warn io.Writer) error {
 				return fmt.Errorf("extract %s: %w", name, err)
 			}
 		default:
-			fmt.Fprintf(warn, "hotcell: cp: skipping %s: unsupported entry type %q\n", name, hdr.Typeflag)
+			fmt.Fprintf(warn, "hotcell: cp: skipping %s: unsupported entry type %q\n", termsafe.String(name), hdr.Typeflag)
 		}
 	}
 }

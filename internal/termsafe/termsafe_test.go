@@ -1,0 +1,29 @@
+package termsafe
+
+import "testing"
+
+func TestEscape(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, str, text string }{
+		{"plain name", "plain name", "plain name"},
+		{"héllo wörld ✓", "héllo wörld ✓", "héllo wörld ✓"},
+		{"", "", ""},
+		{"\x1b[31mred\x1b[0m", `\x1b[31mred\x1b[0m`, `\x1b[31mred\x1b[0m`},
+		{"\x1b]0;pwned\x07", `\x1b]0;pwned\x07`, `\x1b]0;pwned\x07`},
+		{"a\x1bPq\x1b\\b", `a\x1bPq\x1b\b`, `a\x1bPq\x1b\b`},
+		{"\u009b2J", `\x9b2J`, `\x9b2J`},
+		{"a\tb\nc", `a\x09b\x0ac`, "a\tb\nc"},
+		{"back\rspace\b", `back\x0dspace\x08`, `back\x0dspace\x08`},
+		{"del\x7f", `del\x7f`, `del\x7f`},
+		{"bad\xffutf8", `bad\xffutf8`, `bad\xffutf8`},
+		{"file\u202egnp.exe", `file\u202egnp.exe`, `file\u202egnp.exe`},
+		{"nul\x00", `nul\x00`, `nul\x00`},
+	} {
+		if got := String(tc.in); got != tc.str {
+			t.Errorf("String(%q): got %q, want %q", tc.in, got, tc.str)
+		}
+		if got := Text(tc.in); got != tc.text {
+			t.Errorf("Text(%q): got %q, want %q", tc.in, got, tc.text)
+		}
+	}
+}
