@@ -54,6 +54,9 @@ func URLWithoutUserinfo(raw string) string {
 
 // Query returns a raw query string with the value of every secret
 // parameter replaced by Mark; order and escaping of the rest are kept.
+// An env parameter (env=NAME=value, as interactive exec and terminals take
+// a variable) keeps its name and loses its value: environment variables
+// are how secrets reach a sandbox.
 func Query(raw string) string {
 	if raw == "" {
 		return ""
@@ -65,11 +68,30 @@ func Query(raw string) string {
 		if err != nil {
 			name = k
 		}
-		if hasValue && IsSecretName(name) {
+		switch {
+		case hasValue && IsSecretName(name):
 			parts[i] = k + "=" + Mark
+		case hasValue && name == EnvParam:
+			parts[i] = k + "=" + envValue(p[len(k)+1:])
 		}
 	}
 	return strings.Join(parts, "&")
+}
+
+// EnvParam is the query parameter that carries NAME=value environment
+// variables.
+const EnvParam = "env"
+
+// envValue returns the raw value v of an env parameter (NAME=value,
+// escaped or not) as NAME=Mark, the name as written.
+func envValue(v string) string {
+	if i := strings.Index(v, "="); i >= 0 {
+		return v[:i] + "=" + Mark
+	}
+	if i := strings.Index(strings.ToUpper(v), "%3D"); i >= 0 {
+		return v[:i] + "%3D" + Mark
+	}
+	return Mark
 }
 
 // secretWords are parts of parameter names that carry secrets: tokens,

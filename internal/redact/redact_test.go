@@ -66,6 +66,10 @@ func TestQuery(t *testing.T) {
 		{"Password=x&sig=y&code=z", "Password=REDACTED&sig=REDACTED&code=REDACTED"},
 		{"token", "token"}, // no value, nothing to hide
 		{"a=1&&token=x", "a=1&&token=REDACTED"},
+		{"env=SECRET=hunter2&cols=80", "env=SECRET=REDACTED&cols=80"},
+		{"env=SECRET%3Dhunter2&env=B%3dx%3Dy", "env=SECRET%3DREDACTED&env=B%3DREDACTED"},
+		{"env=NOVALUE&env=", "env=REDACTED&env=REDACTED"},
+		{"command=sh&env=A%3D1%26B%3D2", "command=sh&env=A%3DREDACTED"},
 	}
 	for _, tt := range tests {
 		if got := Query(tt.in); got != tt.want {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -296,18 +297,23 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if req.SetupTimeoutMs > 0 {
 		timeout = time.Duration(req.SetupTimeoutMs) * time.Millisecond
 	}
-	for _, cmd := range req.Setup {
+	for i, cmd := range req.Setup {
 		progress("setup: " + cmd)
 		res, err := runSetup(ctx, conn, cmd, timeout)
+		// A setup command may carry a secret in its arguments (a token to
+		// a package registry): what is logged or kept in an error names
+		// it by index and program. The event's fields, which only the API
+		// serves, keep the whole command for its owner.
+		what := setupSummary(i, cmd)
 		if err != nil {
-			return fail(fmt.Errorf("run setup command %q: %w", cmd, err))
+			return fail(fmt.Errorf("run %s: %w", what, err))
 		}
 		sb.Setup = append(sb.Setup, res)
-		m.Event(ctx, sb.ID, wire.SandboxEventSetup, cmd, map[string]string{"command": cmd, "exitCode": fmt.Sprint(res.ExitCode)})
+		m.Event(ctx, sb.ID, wire.SandboxEventSetup, fmt.Sprintf("%s exited %d", what, res.ExitCode), map[string]string{"command": cmd, "exitCode": fmt.Sprint(res.ExitCode)})
 		// A failing setup command does not fail the create, but the
 		// commands after it assume it worked, so they are not run.
 		if res.ExitCode != 0 {
-			log.Info("setup command failed; later ones skipped", "command", cmd, "exitCode", res.ExitCode)
+			log.Info("setup command failed; later ones skipped", "setup", what, "exitCode", res.ExitCode)
 			break
 		}
 	}
@@ -605,3 +611,20 @@ func (m *Manager) Close() {
 // cleanupTimeout bounds the removal of what a failed create made, also
 // when the daemon's shutdown cancelled the create.
 const cleanupTimeout = 30 * time.Second
+
+// setupSummary names setup command i for logs and errors without its
+// arguments, which may hold secrets: "setup[0] (make, 42 bytes)". The
+// program is the first word that is not a NAME=value assignment.
+func setupSummary(i int, cmd string) string {
+	prog := "?"
+	for _, w := range strings.Fields(cmd) {
+		if !strings.Contains(w, "=") {
+			prog = w
+			break
+		}
+	}
+	if len(prog) > 40 {
+		prog = prog[:40] + "..."
+	}
+	return fmt.Sprintf("setup[%d] (%s, %d bytes)", i, prog, len(cmd))
+}
