@@ -118,6 +118,13 @@ func (s *Server) previewByPath(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.previewAccess(r, id, port, parseErr, false); err != nil {
 		return err
 	}
+	// A browser fetching a service worker script says so. A worker from a
+	// preview by path would run on the API's origin with a scope the app
+	// chooses; there is no way to allow it safely.
+	if r.Header.Get("Service-Worker") == "script" {
+		return fmt.Errorf("preview of port %d of sandbox %s: a preview by path is served on the API's origin and may not register a service worker (request header Service-Worker: script); use the preview by host name, {port}-{id}.<preview_domain>, which has an origin of its own: %w",
+			port, id, errdefs.ErrPermissionDenied)
+	}
 	q := r.URL.Query()
 	q.Del(wire.PreviewTokenQuery)
 	r.Header.Del(wire.PreviewTokenHeader)

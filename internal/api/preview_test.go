@@ -77,6 +77,9 @@ func TestPreviewAccess(t *testing.T) {
 		{"path other sandbox's token", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"X-Hotcell-Preview-Token": tokB}, 401},
 		{"path cookie does not count", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"Cookie": "hotcell_preview_token=" + tokA}, 401},
 		{"path public port", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/3000/http/", "", nil, reached},
+		{"path service worker script", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/sw.js", "", map[string]string{"X-Hotcell-Preview-Token": tokA, "Service-Worker": "script"}, 403},
+		{"path service worker script public", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/3000/http/sw.js", "", map[string]string{"Service-Worker": "script"}, 403},
+		{"host service worker script", "/sw.js", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"X-Hotcell-Preview-Token": tokA, "Service-Worker": "script"}, reached},
 		{"path unknown sandbox", "/v1/sandboxes/sb-cccccccccccc/ports/3000/http/", "", nil, 401},
 		{"path bad port anonymous", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/0/http/", "", nil, 401},
 		{"path bad port bearer", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/70000/http/", "", map[string]string{"Authorization": "Bearer api-token"}, 400},
@@ -105,6 +108,9 @@ func TestPreviewAccess(t *testing.T) {
 			if rec.Code != tt.want {
 				t.Errorf("got %d %s, want %d", rec.Code, rec.Body, tt.want)
 			}
+			if rec.Code == 403 && !strings.Contains(rec.Body.String(), "service worker") {
+				t.Errorf("403 body does not say why: %s", rec.Body)
+			}
 			if rec.Code == 401 && strings.Contains(tt.target, "/http/") && !strings.Contains(rec.Body.String(), "preview token") {
 				t.Errorf("401 body does not say how to get access: %s", rec.Body)
 			}
@@ -119,6 +125,28 @@ func TestPreviewAccess(t *testing.T) {
 	cookies := rec.Result().Cookies()
 	if len(cookies) != 1 || cookies[0].Name != wire.PreviewTokenCookie || cookies[0].Value != tokA || !cookies[0].HttpOnly || cookies[0].Domain != "" {
 		t.Errorf("cookies %+v", cookies)
+	}
+}
+
+// TestConfinePreview: an answer of a preview by path gets an opaque origin
+// and loses the header that widens a service worker's scope; the app's own
+// policy stays, since the browser enforces both.
+func TestConfinePreview(t *testing.T) {
+	t.Parallel()
+	h := http.Header{}
+	h.Set("Service-Worker-Allowed", "/")
+	h.Set("Content-Security-Policy", "default-src 'self'")
+	h.Set("Content-Type", "text/html")
+	confinePreview(h)
+	if v := h.Values("Service-Worker-Allowed"); len(v) != 0 {
+		t.Errorf("Service-Worker-Allowed passed through: %q", v)
+	}
+	csp := h.Values("Content-Security-Policy")
+	if len(csp) != 2 || csp[0] != "default-src 'self'" || csp[1] != PreviewPathCSP {
+		t.Errorf("Content-Security-Policy: got %q, want the app's and %q", csp, PreviewPathCSP)
+	}
+	if strings.Contains(PreviewPathCSP, "allow-same-origin") || !strings.HasPrefix(PreviewPathCSP, "sandbox ") {
+		t.Errorf("policy %q does not give an opaque origin", PreviewPathCSP)
 	}
 }
 

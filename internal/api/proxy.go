@@ -18,8 +18,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, agentPath str
 	return s.reverseProxy(w, r, id, agentPath, q, false)
 }
 
-// proxyApp is proxy for an app's answer (a preview): its status passes as
-// the app chose it, as long as it is one.
+// proxyApp is proxy for an app's answer (a preview by path): its status
+// passes as the app chose it, as long as it is one, and the answer is
+// confined to an opaque origin (confinePreview).
 func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, id, agentPath string, q url.Values) error {
 	return s.reverseProxy(w, r, id, agentPath, q, true)
 }
@@ -47,6 +48,9 @@ func (s *Server) reverseProxy(w http.ResponseWriter, r *http.Request, id, agentP
 			if !app && resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusSwitchingProtocols {
 				return errdefs.Read(resp)
 			}
+			if app {
+				confinePreview(resp.Header)
+			}
 			return checkProxiedStatus(resp)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { proxyErr = err },
@@ -63,4 +67,22 @@ func checkProxiedStatus(resp *http.Response) error {
 		return fmt.Errorf("the sandbox answered with HTTP status %d: %w", resp.StatusCode, errdefs.ErrUnavailable)
 	}
 	return nil
+}
+
+// PreviewPathCSP is the Content-Security-Policy of every answer of a
+// preview by path. Those answers are served on the API's own origin; the
+// sandbox directive without allow-same-origin gives the page an opaque
+// origin instead, so its scripts cannot read the API with the browser's
+// preview cookie, register a service worker over the API's origin or
+// reach another sandbox's preview, while the app still runs its scripts,
+// forms, popups, dialogs and downloads.
+const PreviewPathCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
+// confinePreview sets the headers of an answer of a preview by path. The
+// app's own Content-Security-Policy stays: the browser enforces every
+// policy, so it can only narrow this one. Service-Worker-Allowed would let
+// a worker script claim a scope over the whole API origin.
+func confinePreview(h http.Header) {
+	h.Del("Service-Worker-Allowed")
+	h.Add("Content-Security-Policy", PreviewPathCSP)
 }

@@ -3,6 +3,8 @@
 //
 //	portsrv http PORT   WebSocket echo at /ws; /stream sends "first\n", then
 //	                    waits for /tmp/portsrv-release to exist and sends "last\n"
+//	                    /sw.js is a service worker script that asks for the
+//	                    scope "/" with Service-Worker-Allowed
 //	portsrv source PORT BYTES   each connection gets BYTES zero bytes, then EOF
 package main
 
@@ -29,6 +31,11 @@ func main() {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/ws", echo)
 		mux.HandleFunc("/stream", stream)
+		mux.HandleFunc("/sw.js", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/javascript")
+			w.Header().Set("Service-Worker-Allowed", "/")
+			io.WriteString(w, "self.addEventListener('fetch', e => e.respondWith(fetch(e.request)));\n")
+		})
 		fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, mux))
 	case "source":
 		n, _ := strconv.ParseInt(os.Args[3], 10, 64)
