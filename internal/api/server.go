@@ -43,6 +43,10 @@ type Options struct {
 	// PreviewDomain serves {port}-{id}.<PreviewDomain> as the HTTP preview
 	// of that port; empty turns previews by host name off.
 	PreviewDomain string
+	// Hosts are the Host headers the API answers; others get a 403. nil
+	// answers every Host (unit tests of other behaviour); the daemon
+	// always sets it.
+	Hosts *HostAllowlist
 	// AllowLocalRepos lets a create's repo.url be a host path or file://
 	// URL (the daemon's allow_local_repos).
 	AllowLocalRepos bool
@@ -173,7 +177,9 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 			aborted = true
 		}
 	}()
-	if s.servePreviewHost(rw, r) {
+	if !s.opts.Hosts.Allowed(r.Host) {
+		errdefs.Write(rw, errHostNotAllowed(r), rid)
+	} else if s.servePreviewHost(rw, r) {
 		// {port}-{id}.<preview domain>: the preview checks its own credentials.
 	} else if _, pattern := s.mux.Handler(r); r.URL.Path != "/healthz" && !strings.HasSuffix(pattern, previewPathSuffix) && !s.authorized(r) {
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="hotcell"`)

@@ -76,6 +76,11 @@ type Config struct {
 	// fetch, checkout): a stalled remote fails the create instead of
 	// holding it forever.
 	GitTimeout time.Duration
+	// AllowedHosts are the names, besides loopback, the listen address's
+	// host and the preview domain, that the API answers in a request's
+	// Host header: comma-separated, "*.example.com" for subdomains, "*"
+	// for any. Other names are refused, which defeats DNS rebinding.
+	AllowedHosts string
 	// AllowLocalRepos lets a create's repo.url be a host path or file://
 	// URL. Off by default: the clone runs on the host, as the daemon's
 	// user, so a local path would copy any host repository into a sandbox.
@@ -157,6 +162,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.SetupTimeout }},
 	{"git_timeout", kindDuration, "timeout of the host-side git clone of a create's repo",
 		func(c *Config) any { return &c.GitTimeout }},
+	{"allowed_hosts", kindString, "comma-separated host names the API answers besides loopback, the listen host and the preview domain (*.example.com for subdomains, * for any); other Host headers get a 403 (DNS rebinding defence)",
+		func(c *Config) any { return &c.AllowedHosts }},
 	{"allow_local_repos", kindBool, "let a create's repo.url be a host path or file:// URL (the clone runs on the host: only for trusted clients)",
 		func(c *Config) any { return &c.AllowLocalRepos }},
 	{"max_exec_output", kindBytes, "cap in bytes on each of stdout and stderr of a buffered exec",
@@ -490,6 +497,12 @@ func (c *Config) Validate() error {
 		return bad("max_exec_output", c.MaxExecOutput, "must be greater than 0")
 	}
 
+	for _, h := range c.AllowedHostList() {
+		if err := validateDomain(strings.TrimPrefix(h, "*.")); h != "*" && err != nil {
+			return bad("allowed_hosts", c.AllowedHosts, "%q: %v (or *.name for subdomains, * for any)", h, err)
+		}
+	}
+
 	c.PreviewDomain = strings.TrimSuffix(strings.ToLower(c.PreviewDomain), ".")
 	if err := validateDomain(c.PreviewDomain); err != nil {
 		return bad("preview_domain", c.PreviewDomain, "%v", err)
@@ -592,6 +605,24 @@ func checkExecutable(p string) error {
 	return nil
 }
 
+// AllowedHostList returns AllowedHosts as lower-case names, empty entries
+// dropped.
+func (c Config) AllowedHostList() []string {
+	var out []string
+	for _, h := range strings.Split(c.AllowedHosts, ",") {
+		if h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), "."); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// ListenHost is the host of Listen ("" when it is empty or unparsable).
+func (c Config) ListenHost() string {
+	host, _, _ := splitListen(c.Listen)
+	return host
+}
+
 // TokenPath is the file holding the daemon's API token.
 func (c Config) TokenPath() string { return filepath.Join(c.DataDir, "token") }
 
@@ -632,6 +663,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("exec_timeout", c.ExecTimeout),
 		slog.Duration("setup_timeout", c.SetupTimeout),
 		slog.Duration("git_timeout", c.GitTimeout),
+		slog.String("allowed_hosts", c.AllowedHosts),
 		slog.Bool("allow_local_repos", c.AllowLocalRepos),
 		slog.Int64("max_exec_output", c.MaxExecOutput),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),

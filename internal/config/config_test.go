@@ -237,6 +237,10 @@ func TestValidate(t *testing.T) {
 			[]string{`preview_domain "pre_view.example.com"`, "DNS name", "(from --preview-domain)"}},
 		{"preview domain empty label", map[string]string{"HOTCELL_PREVIEW_DOMAIN": "a..b"}, nil,
 			[]string{`preview_domain "a..b"`, "(from HOTCELL_PREVIEW_DOMAIN)"}},
+		{"allowed hosts bad name", nil, []string{"--allowed-hosts", "api.example.com, bad_name"},
+			[]string{`allowed_hosts "api.example.com, bad_name"`, `"bad_name"`, "(from --allowed-hosts)"}},
+		{"allow local repos not a bool", map[string]string{"HOTCELL_ALLOW_LOCAL_REPOS": "maybe"}, nil,
+			[]string{`allow_local_repos "maybe"`, "true or false", "(from HOTCELL_ALLOW_LOCAL_REPOS)"}},
 		{"agent missing", nil, []string{"--agent-binary", "/nonexistent/hotcell-agent"},
 			[]string{`agent_binary "/nonexistent/hotcell-agent"`, "does not exist", "make build", "(from --agent-binary)"}},
 		{"agent not executable", map[string]string{"HOTCELL_AGENT_BINARY": notExec}, nil,
@@ -261,6 +265,37 @@ func TestValidate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSecuritySettings: allowed_hosts and allow_local_repos read from a
+// file, the environment and flags, as every setting does.
+func TestSecuritySettings(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	file := filepath.Join(t.TempDir(), "hotcell.toml")
+	if err := os.WriteFile(file, []byte("allow_local_repos = true\nallowed_hosts = \"API.example.com., *.corp.example\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(flags(t, "--agent-binary", agent, "--config", file, "--listen", "hotcell.internal:9000"), envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.AllowLocalRepos || c.Source("allow_local_repos") != "file "+file {
+		t.Errorf("allow_local_repos: got %v from %s", c.AllowLocalRepos, c.Source("allow_local_repos"))
+	}
+	if got := c.AllowedHostList(); len(got) != 2 || got[0] != "api.example.com" || got[1] != "*.corp.example" {
+		t.Errorf("AllowedHostList: got %q", got)
+	}
+	if c.ListenHost() != "hotcell.internal" {
+		t.Errorf("ListenHost: got %q", c.ListenHost())
+	}
+	c, err = Load(flags(t, "--agent-binary", agent, "--allow-local-repos=false"), envMap(map[string]string{"HOTCELL_ALLOW_LOCAL_REPOS": "true"}))
+	if err != nil || c.AllowLocalRepos {
+		t.Errorf("flag false over env true: got %v, %v", c.AllowLocalRepos, err)
+	}
+	if c, err := Load(flags(t, "--agent-binary", agent), envMap(nil)); err != nil || c.AllowLocalRepos || c.AllowedHostList() != nil {
+		t.Errorf("defaults: allow_local_repos %v, allowed_hosts %q, %v", c.AllowLocalRepos, c.AllowedHostList(), err)
 	}
 }
 

@@ -143,6 +143,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		StreamWriteTimeout: cfg.StreamWriteTimeout,
 		PreviewDomain:      cfg.PreviewDomain,
 		AllowLocalRepos:    cfg.AllowLocalRepos,
+		Hosts:              api.NewHostAllowlist(cfg.ListenHost(), cfg.PreviewDomain, cfg.AllowedHostList()),
 		Metrics:            mets.Handler(),
 		ObserveRequest:     mets.ObserveRequest,
 		Log:                log,
