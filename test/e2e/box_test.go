@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -182,22 +181,14 @@ func makeRepo(t *testing.T) string {
 	testenv.RequireTool(t, "git")
 	dir := t.TempDir()
 	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "repo.git")
-	gitc := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	gitc("init", "-q", "-b", "main", work)
+	gitRun(t, "init", "-q", "-b", "main", work)
 	os.WriteFile(filepath.Join(work, "README.md"), []byte("version one\n"), 0o644)
-	gitc("-C", work, "add", ".")
-	gitc("-C", work, "commit", "-qm", "one")
-	gitc("-C", work, "tag", "v1")
+	gitRun(t, "-C", work, "add", ".")
+	gitRun(t, "-C", work, "commit", "-qm", "one")
+	gitRun(t, "-C", work, "tag", "v1")
 	os.WriteFile(filepath.Join(work, "README.md"), []byte("version two\n"), 0o644)
-	gitc("-C", work, "commit", "-qam", "two")
-	gitc("clone", "-q", "--bare", work, bare)
+	gitRun(t, "-C", work, "commit", "-qam", "two")
+	gitRun(t, "clone", "-q", "--bare", work, bare)
 	return bare
 }
 
