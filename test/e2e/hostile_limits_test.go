@@ -82,9 +82,9 @@ func TestDefaultAndMaxLimits(t *testing.T) {
 	}
 }
 
-// TestOOMScores: the daemon lowers its own OOM score and its sandboxes get
+// TestHostileOOMScores: the daemon lowers its own OOM score and its sandboxes get
 // a higher one, so the host's OOM killer takes a sandbox before the daemon.
-func TestOOMScores(t *testing.T) {
+func TestHostileOOMScores(t *testing.T) {
 	testenv.RequireRoot(t, "the daemon lowers its oom_score_adj, which needs root")
 	d := sharedDaemon(t)
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", d.PID()))
@@ -118,11 +118,11 @@ func TestOOMScores(t *testing.T) {
 	}
 }
 
-// TestResourceBombs: a CPU spin, a memory bomb and a fork bomb in one
+// TestHostileResourceBombs: a CPU spin, a memory bomb and a fork bomb in one
 // sandbox. While they run, the daemon answers /healthz and a neighbour
 // sandbox runs execs; afterwards the bomb's sandbox is still running, says
 // it was OOM-killed, and its cgroup counters show each limit was hit.
-func TestResourceBombs(t *testing.T) {
+func TestHostileResourceBombs(t *testing.T) {
 	d := startLimitedDaemon(t)
 	ctx := t.Context()
 	bomb := newSandbox(t, d, client.CreateSandboxRequest{})
