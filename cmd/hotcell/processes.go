@@ -170,8 +170,8 @@ stop the sandbox while it runs (a server, a watcher).`,
 
 func (a *app) logsCmd() *cobra.Command {
 	var (
-		follow, stdoutOnly, stderrOnly, asJSON bool
-		from                                   int64
+		follow, stdoutOnly, stderrOnly, asJSON, raw bool
+		from                                        int64
 	)
 	cmd := &cobra.Command{
 		Use:   "logs ID PID [flags]",
@@ -180,6 +180,12 @@ func (a *app) logsCmd() *cobra.Command {
 byte for byte. With -f, keep printing new output until the process exits, and
 then exit with its exit code. A dropped connection is resumed where it stopped:
 no byte is lost or printed twice.
+
+On a terminal, control characters other than tab and newline (ESC and the
+sequences it starts, carriage return, C1 codes) are shown escaped, as \x1b:
+the output comes from the sandbox, and raw sequences could rewrite the
+screen. --raw prints them as they are; output to a file or pipe is always
+byte for byte.
 
 --from starts at a byte offset of the stream (with --stdout or --stderr), for
 example the size already read in an earlier run. --json prints the log events
@@ -213,6 +219,19 @@ example the size already read in an earlier run. --json prints the log events
 				return err
 			}
 			defer l.Close()
+			stdout, stderr := a.stdout, a.stderr
+			if !raw {
+				if isTTY(stdout) {
+					tw := termsafe.NewWriter(stdout)
+					defer tw.Flush()
+					stdout = tw
+				}
+				if isTTY(stderr) {
+					tw := termsafe.NewWriter(stderr)
+					defer tw.Flush()
+					stderr = tw
+				}
+			}
 			for {
 				ev, err := l.Next()
 				if errors.Is(err, io.EOF) {
@@ -229,9 +248,9 @@ example the size already read in an earlier run. --json prints the log events
 				}
 				switch ev.Type {
 				case client.EventStdout:
-					_, err = a.stdout.Write(ev.Data)
+					_, err = stdout.Write(ev.Data)
 				case client.EventStderr:
-					_, err = a.stderr.Write(ev.Data)
+					_, err = stderr.Write(ev.Data)
 				case client.EventGap:
 					fmt.Fprintf(a.stderr, "hotcell: [%d bytes of %s were rotated out before they were read]\n", ev.Dropped, ev.Stream)
 				}
@@ -256,6 +275,7 @@ example the size already read in an earlier run. --json prints the log events
 	f.BoolVar(&stderrOnly, "stderr", false, "only stderr")
 	f.Int64Var(&from, "from", 0, "start at this byte `OFFSET` of the stream (with --stdout or --stderr)")
 	f.BoolVar(&asJSON, "json", false, "print the log events as JSON lines")
+	f.BoolVar(&raw, "raw", false, "on a terminal too, print control characters as they are")
 	return cmd
 }
 

@@ -5,12 +5,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/hotcell/hotcell/client"
 )
@@ -47,6 +51,12 @@ func (p *procAPI) serve(w http.ResponseWriter, r *http.Request) {
 		jsonReply(w, 200, client.Process{ID: "12", State: client.ProcessRunning})
 	case r.Method == "POST" && r.URL.Path == "/v1/sandboxes/sb1/processes/7/signal":
 		w.WriteHeader(204)
+	case r.Method == "GET" && r.URL.Path == "/v1/sandboxes/sb1/processes/8/logs":
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		enc.Encode(client.LogEvent{Type: client.EventStdout, Offset: 0, Data: []byte("title\x1b]0;pwned\x07 clear\x1b[2J ok \xe2")})
+		enc.Encode(client.LogEvent{Type: client.EventStdout, Offset: 30, Data: []byte("\x9c\x93\n")})
+		enc.Encode(client.LogEvent{Type: client.EventEnd})
 	case r.Method == "GET" && r.URL.Path == "/v1/sandboxes/sb1/processes/7/logs":
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		enc := json.NewEncoder(w)
@@ -200,5 +210,64 @@ func TestCompletion(t *testing.T) {
 		if res.code != 0 || !strings.Contains(res.stdout, "hotcell") {
 			t.Errorf("completion %s: exit %d, %d bytes", sh, res.code, len(res.stdout))
 		}
+	}
+}
+
+// openPTY opens a pseudo-terminal pair: what the CLI writes to tty is read
+// from pt, and isTTY(tty) holds as for a real terminal.
+func openPTY(t *testing.T) (pt, tty *os.File) {
+	t.Helper()
+	pt, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open /dev/ptmx: %v", err)
+	}
+	t.Cleanup(func() { pt.Close() })
+	if err := unix.IoctlSetPointerInt(int(pt.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock pty: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(pt.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("pty number: %v", err)
+	}
+	tty, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open pty: %v", err)
+	}
+	t.Cleanup(func() { tty.Close() })
+	// Raw mode: the terminal must not translate what the CLI writes.
+	if _, err := term.MakeRaw(int(tty.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	return pt, tty
+}
+
+// TestLogsOnTerminal: process output with terminal control sequences is
+// escaped when stdout is a terminal, a rune cut between two events
+// included, printed as it is with --raw, and byte for byte to a pipe.
+func TestLogsOnTerminal(t *testing.T) {
+	_, env := newProcAPI(t)
+	const payload = "title\x1b]0;pwned\x07 clear\x1b[2J ok ✓\n"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `title\x1b]0;pwned\x07 clear\x1b[2J ok ✓` + "\n"},
+		{[]string{"--raw"}, payload},
+	} {
+		pt, tty := openPTY(t)
+		args := append([]string{"logs", "sb1", "8"}, tc.args...)
+		var stderr strings.Builder
+		code := run(t.Context(), args, strings.NewReader(""), tty, &stderr, func(k string) string { return env[k] })
+		if code != 0 {
+			t.Fatalf("hotcell %v: exit %d: %s", args, code, stderr.String())
+		}
+		tty.Close()
+		got, _ := io.ReadAll(pt) // ends with EIO once the tty side is closed
+		if string(got) != tc.want {
+			t.Errorf("hotcell %v on a terminal: got %q, want %q", args, got, tc.want)
+		}
+	}
+	if res := runCLI(t, env, "logs", "sb1", "8"); res.code != 0 || res.stdout != payload {
+		t.Errorf("hotcell logs to a pipe: got %+v, want the bytes %q", res, payload)
 	}
 }

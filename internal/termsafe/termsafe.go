@@ -8,6 +8,7 @@ package termsafe
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -58,4 +59,47 @@ func unsafe(r rune, keepLines bool) bool {
 		return true
 	}
 	return false
+}
+
+// Writer writes what it is given to an underlying writer escaped as Text
+// does: for a stream of a sandbox's output shown on a terminal. A UTF-8
+// sequence cut between two writes is held until the next one completes
+// it; Flush writes what is held.
+type Writer struct {
+	w    io.Writer
+	tail []byte
+}
+
+// NewWriter returns a Writer to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write escapes p (and what an earlier Write held) to the underlying
+// writer. It reports all of p written unless the underlying write fails.
+func (s *Writer) Write(p []byte) (int, error) {
+	buf := append(s.tail, p...)
+	cut := len(buf)
+	// At most the last 3 bytes can be the start of an unfinished rune.
+	for i := len(buf) - 1; i >= 0 && i >= len(buf)-3; i-- {
+		if utf8.RuneStart(buf[i]) {
+			if !utf8.FullRune(buf[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	s.tail = append([]byte(nil), buf[cut:]...)
+	if _, err := io.WriteString(s.w, Text(string(buf[:cut]))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush writes a held partial UTF-8 sequence, escaped.
+func (s *Writer) Flush() error {
+	if len(s.tail) == 0 {
+		return nil
+	}
+	_, err := io.WriteString(s.w, Text(string(s.tail)))
+	s.tail = nil
+	return err
 }

@@ -1,6 +1,9 @@
 package termsafe
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestEscape(t *testing.T) {
 	t.Parallel()
@@ -25,5 +28,35 @@ func TestEscape(t *testing.T) {
 		if got := Text(tc.in); got != tc.text {
 			t.Errorf("Text(%q): got %q, want %q", tc.in, got, tc.text)
 		}
+	}
+}
+
+// TestWriter: a stream written in pieces comes out as Text of the whole,
+// a rune cut between writes included.
+func TestWriter(t *testing.T) {
+	t.Parallel()
+	in := "ok ✓\x1b[2J\r\nnext\tline ✓\xff"
+	for size := 1; size <= len(in); size++ {
+		var b strings.Builder
+		w := NewWriter(&b)
+		for i := 0; i < len(in); i += size {
+			n, err := w.Write([]byte(in[i:min(i+size, len(in))]))
+			if err != nil || n != min(size, len(in)-i) {
+				t.Fatalf("Write: %d, %v", n, err)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.String(), Text(in); got != want {
+			t.Errorf("pieces of %d bytes: got %q, want %q", size, got, want)
+		}
+	}
+	var b strings.Builder
+	w := NewWriter(&b)
+	w.Write([]byte("cut \xe2\x9c"))
+	w.Flush()
+	if got := b.String(); got != `cut \xe2\x9c` {
+		t.Errorf("unfinished rune at the end: got %q", got)
 	}
 }
