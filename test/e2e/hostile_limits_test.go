@@ -265,7 +265,8 @@ fi`
 }
 
 // waitExecWorks kills what is left of a bomb and waits until the sandbox
-// runs an exec again.
+// runs an exec again: the exec's timeout killed the bomb's group, and
+// stragglers from setsid'd children die as the pid limit starves them.
 func waitExecWorks(t *testing.T, d *testdaemon.Daemon, id string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
