@@ -338,7 +338,7 @@ print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"
 			t.Errorf("control scan for the token found nothing: %s", out)
 		}
 		for _, secret := range []string{gatewaytest.OpenAIKey, gatewaytest.AnthropicKey, env["OPENAI_API_KEY"]} {
-			if strings.Contains(d.Logs(), secret) {
+			if strings.Contains(d.LogsSince(0), secret) {
 				t.Errorf("the daemon log holds a secret (%.10s...)", secret)
 			}
 		}
