@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,6 +50,12 @@ type env struct {
 	srv *httptest.Server
 	log *syncBuffer
 	st  *store.Store
+	// done is closed per call (by its X-Test-Call number) once the
+	// gateway's handler has returned: usage is recorded when the handler
+	// ends, which may be after the client has read the whole answer.
+	mu    sync.Mutex
+	calls int
+	done  map[string]chan struct{}
 }
 
 func providers(up *gatewaytest.Upstream, mod func(*config.Provider)) []config.Provider {
@@ -91,9 +98,28 @@ func newEnv(t *testing.T, mod func(*config.Provider), opt func(*Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv = httptest.NewServer(e.g.Handler())
+	e.done = map[string]chan struct{}{}
+	h := e.g.Handler()
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := r.Header.Get("X-Test-Call")
+		h.ServeHTTP(w, r)
+		if n != "" {
+			close(e.callDone(n))
+		}
+	}))
 	t.Cleanup(e.srv.Close)
 	return e
+}
+
+func (e *env) callDone(n string) chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.done[n]
+	if !ok {
+		ch = make(chan struct{})
+		e.done[n] = ch
+	}
+	return ch
 }
 
 // grant records a sandbox and grants it providers; it returns its env.
@@ -121,12 +147,22 @@ func (e *env) call(path, header, value, body string) (*http.Response, string) {
 	if header != "" {
 		req.Header.Set(header, value)
 	}
+	e.mu.Lock()
+	e.calls++
+	n := strconv.Itoa(e.calls)
+	e.mu.Unlock()
+	req.Header.Set("X-Test-Call", n)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	select {
+	case <-e.callDone(n):
+	case <-time.After(30 * time.Second):
+		e.t.Fatalf("the gateway's handler for %s did not return in 30s after its answer was read", path)
+	}
 	return resp, string(b)
 }
 
