@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -246,20 +245,20 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id, method, age
 // headers (the agent died half-way, the client stalled) goes back to the
 // adapter, which breaks the response rather than end it cleanly.
 func (s *Server) copyResponse(w http.ResponseWriter, src io.Reader, flush bool) error {
-	rc := http.NewResponseController(w)
+	dw := s.deadlined(w)
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			if _, werr := dw.Write(buf[:n]); werr != nil {
 				return fmt.Errorf("write the answer to the client: %w", werr)
 			}
 			if flush {
-				_ = rc.Flush()
+				dw.Flush()
 			}
 		}
 		if err == io.EOF {
+			s.refreshDeadline(w)
 			return nil
 		}
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 )
@@ -56,7 +57,16 @@ func (s *Server) reverseProxy(w http.ResponseWriter, r *http.Request, id, agentP
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { proxyErr = err },
 		ErrorLog:     nil,
 	}
-	rp.ServeHTTP(w, r)
+	if r.Header.Get("Upgrade") != "" {
+		// A WebSocket (terminal, tunnel) is hijacked and has no writes of
+		// ours: a deadline would outlive the upgrade on its connection.
+		rp.ServeHTTP(w, r)
+		return proxyErr
+	}
+	// A preview's answer is streamed like any pass-through: every write has
+	// the deadline, so a client that stops reading frees the request.
+	rp.ServeHTTP(s.deadlined(w), r)
+	s.refreshDeadline(w)
 	return proxyErr
 }
 
@@ -85,4 +95,32 @@ const PreviewPathCSP = "sandbox allow-scripts allow-forms allow-popups allow-mod
 func confinePreview(h http.Header) {
 	h.Del("Service-Worker-Allowed")
 	h.Add("Content-Security-Policy", PreviewPathCSP)
+}
+
+// deadlineWriter gives every write of a pass-through the stream write
+// deadline, fresh, so that a slow but live reader is never cut and a
+// stalled one is cut after the timeout.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (s *Server) deadlined(w http.ResponseWriter) *deadlineWriter {
+	return &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: s.opts.StreamWriteTimeout}
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *deadlineWriter) Flush() { _ = w.rc.Flush() }
+
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// refreshDeadline gives what net/http writes after the handler (the last
+// chunk) a fresh deadline: the last write may be long past on a quiet stream.
+func (s *Server) refreshDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
 }

@@ -2,12 +2,18 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -83,5 +89,60 @@ func TestAgentStreamFailureCarriesRequestID(t *testing.T) {
 	}
 	if rid := resp.Header.Get("X-Request-Id"); rid == "" || line.Error.RequestID != rid {
 		t.Errorf("failure line's request id %q, want the response's X-Request-Id %q", line.Error.RequestID, rid)
+	}
+}
+
+// TestStalledClientFreesAgentWork: a client that asks for a stream and
+// never reads loses it once a write has waited for the stream write
+// timeout, and the agent's side of the request ends with it, for a
+// forwarded stream (exec) and a proxied answer (a preview) alike.
+func TestStalledClientFreesAgentWork(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, method, path, body string }{
+		{"exec stream", "POST", "/v1/sandboxes/" + hostileID + "/exec?stream=true", `{"command":"yes"}`},
+		{"preview", "GET", "/v1/sandboxes/" + hostileID + "/ports/8000/http/big", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			agentDone := make(chan struct{})
+			// Like the agent's streams: the request's end (the daemon
+			// closed the stream) also ends a write stuck on it.
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer close(agentDone)
+				_, _ = io.Copy(io.Discard, r.Body)
+				stop := context.AfterFunc(r.Context(), func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Now()) })
+				defer stop()
+				w.Header().Set("Content-Type", "application/octet-stream")
+				chunk := []byte(strings.Repeat("y\n", 32<<10))
+				for {
+					if _, err := w.Write(chunk); err != nil {
+						return
+					}
+					w.(http.Flusher).Flush()
+					if r.Context().Err() != nil {
+						return
+					}
+				}
+			})
+			m := &agentManager{sb: wire.Sandbox{ID: hostileID, State: wire.StateRunning}, conn: fakeAgent(t, h)}
+			s := New(Options{Manager: m, Token: "api-token", StreamWriteTimeout: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+			srv := httptest.NewServer(s.Handler())
+			t.Cleanup(srv.Close)
+
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+			fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer api-token\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+				tc.method, tc.path, len(tc.body), tc.body)
+			// Never read: the agent's handler must still come to its end.
+			select {
+			case <-agentDone:
+			case <-t.Context().Done():
+				t.Fatal("the agent's side never ended")
+			}
+		})
 	}
 }
