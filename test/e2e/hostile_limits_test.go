@@ -30,10 +30,12 @@ var hostileLimits = client.Limits{MemoryMB: 256, CPUs: 0.5, PidsLimit: 128, Disk
 
 func startLimitedDaemon(t *testing.T) *testdaemon.Daemon {
 	t.Helper()
-	return testdaemon.StartWith(t, testdaemon.Options{Args: []string{
+	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{
 		"--default-limits", "memory=256MiB,cpus=0.5,pids=128,disk=1GiB",
 		"--max-limits", "memory=512MiB,pids=256",
 	}})
+	t.Cleanup(d.Close)
+	return d
 }
 
 // TestDefaultAndMaxLimits: a create that gives no limits gets the daemon's
