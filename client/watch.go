@@ -17,13 +17,13 @@ type WatchEvent = wire.WatchEvent
 
 // Watch event types (WatchEvent.Type).
 const (
-	WatchReady      = wire.WatchReady
-	WatchCreated    = wire.WatchCreated
-	WatchModified   = wire.WatchModified
-	WatchDeleted    = wire.WatchDeleted
-	WatchRenamed    = wire.WatchRenamed
-	WatchOverflow   = wire.WatchOverflow
-	WatchKeepalive  = wire.WatchKeepalive
+	WatchReady     = wire.WatchReady
+	WatchCreated   = wire.WatchCreated
+	WatchModified  = wire.WatchModified
+	WatchDeleted   = wire.WatchDeleted
+	WatchRenamed   = wire.WatchRenamed
+	WatchOverflow  = wire.WatchOverflow
+	WatchKeepalive = wire.WatchKeepalive
 )
 
 // WatchOptions say what to watch. The zero value watches /workspace and
