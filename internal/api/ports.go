@@ -114,7 +114,7 @@ func (s *Server) previewURL(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	tok := s.previewToken(sb)
+	tok := s.previewToken(sb, port, time.Now().Add(s.opts.PreviewTokenTTL))
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"

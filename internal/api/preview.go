@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/sandbox"
@@ -39,13 +40,53 @@ import (
 // another's) and the token must come with each request; that mode is meant
 // for API clients, the host-name mode for browsers.
 
-// previewToken returns the preview token of sb.
-func (s *Server) previewToken(sb wire.Sandbox) string {
+// DefaultPreviewTokenTTL is how long a preview token lasts when
+// Options.PreviewTokenTTL is not set.
+const DefaultPreviewTokenTTL = 24 * time.Hour
+
+// previewToken returns a preview token for port of sb that expires at exp:
+// "{port}.{expiry unix seconds}.{mac}". The MAC covers the sandbox, its
+// creation time, the port and the expiry, so a token opens one port of one
+// sandbox until it expires, and nothing in it can be changed.
+func (s *Server) previewToken(sb wire.Sandbox, port int, exp time.Time) string {
+	head := strconv.Itoa(port) + "." + strconv.FormatInt(exp.Unix(), 10)
+	return head + "." + s.previewMAC(sb, head)
+}
+
+func (s *Server) previewMAC(sb wire.Sandbox, head string) string {
 	key := hmac.New(sha256.New, []byte(s.opts.Token))
-	key.Write([]byte("hotcell preview token v1"))
+	key.Write([]byte("hotcell preview token v2"))
 	mac := hmac.New(sha256.New, key.Sum(nil))
-	fmt.Fprintf(mac, "%s\x00%d", sb.ID, sb.CreatedAt.UnixNano())
+	fmt.Fprintf(mac, "%s\x00%d\x00%s", sb.ID, sb.CreatedAt.UnixNano(), head)
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// validPreviewToken reports whether tok opens port of sb at now.
+func (s *Server) validPreviewToken(sb wire.Sandbox, port int, tok string, now time.Time) bool {
+	ps, rest, ok := strings.Cut(tok, ".")
+	if !ok {
+		return false
+	}
+	es, mac, ok := strings.Cut(rest, ".")
+	if !ok || ps != strconv.Itoa(port) {
+		return false
+	}
+	exp, err := strconv.ParseInt(es, 10, 64)
+	if err != nil || !now.Before(time.Unix(exp, 0)) {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(mac), []byte(s.previewMAC(sb, ps+"."+es))) == 1
+}
+
+// previewCookieName is the preview cookie's name for r: with TLS the
+// __Host- prefix, which makes the browser refuse the cookie unless it is
+// Secure, host-only and for Path=/, so a sibling preview name cannot set
+// or shadow it (plain HTTP cannot carry a __Host- cookie).
+func previewCookieName(r *http.Request) string {
+	if r.TLS != nil {
+		return "__Host-" + wire.PreviewTokenCookie
+	}
+	return wire.PreviewTokenCookie
 }
 
 func isPublic(sb wire.Sandbox, port int) bool { return slices.Contains(sb.PublicPorts, port) }
@@ -60,12 +101,16 @@ func presentedPreviewToken(r *http.Request, byHost bool) (tok string, fromQuery 
 	if t := r.URL.Query().Get(wire.PreviewTokenQuery); t != "" {
 		return t, true
 	}
-	if byHost {
-		if c, err := r.Cookie(wire.PreviewTokenCookie); err == nil && c.Value != "" {
-			return c.Value, false
-		}
-	}
 	return "", false
+}
+
+// presentedPreviewCookie returns the preview cookie r carries (by host
+// name only).
+func presentedPreviewCookie(r *http.Request) string {
+	if c, err := r.Cookie(previewCookieName(r)); err == nil {
+		return c.Value
+	}
+	return ""
 }
 
 // errPreviewAuth answers a preview request without valid credentials. It
@@ -79,43 +124,90 @@ func errPreviewAuth(port int) error {
 // previewAccess checks r's right to preview port of sandbox id (both
 // already parsed; parseErr is what went wrong parsing them). It answers a
 // bad id or port with 400 only to callers that sent credentials, 401 to
-// anyone else. setCookie says to hand the token back as a cookie.
-func (s *Server) previewAccess(r *http.Request, id string, port int, parseErr error, byHost bool) (setCookie string, err error) {
+// anyone else. setCookie says to hand the token back as a cookie; byCookie
+// says the preview cookie was the credential that let r in.
+func (s *Server) previewAccess(r *http.Request, id string, port int, parseErr error, byHost bool) (setCookie string, byCookie bool, err error) {
 	bearer := s.authorized(r)
 	tok, fromQuery := presentedPreviewToken(r, byHost)
+	var cookie string
+	if byHost {
+		cookie = presentedPreviewCookie(r)
+	}
 	if parseErr != nil {
-		if bearer || tok != "" {
-			return "", parseErr
+		if bearer || tok != "" || cookie != "" {
+			return "", false, parseErr
 		}
-		return "", errPreviewAuth(port)
+		return "", false, errPreviewAuth(port)
 	}
 	if bearer {
-		return "", nil
+		return "", false, nil
 	}
 	sb, err := s.opts.Manager.Get(r.Context(), id)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return "", errPreviewAuth(port)
+		return "", false, errPreviewAuth(port)
 	}
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	if tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.previewToken(sb))) == 1 {
+	now := time.Now()
+	if tok != "" && s.validPreviewToken(sb, port, tok, now) {
 		if fromQuery && byHost {
-			return tok, nil
+			return tok, false, nil
 		}
-		return "", nil
+		return "", false, nil
+	}
+	if cookie != "" && s.validPreviewToken(sb, port, cookie, now) {
+		return "", true, nil
 	}
 	if isPublic(sb, port) {
-		return "", nil
+		return "", false, nil
 	}
-	return "", errPreviewAuth(port)
+	return "", false, errPreviewAuth(port)
+}
+
+// checkPreviewOrigin refuses a request let in by the preview cookie that
+// changes state (any method but GET, HEAD and OPTIONS) or upgrades to a
+// WebSocket, unless its Origin is the preview's own. The browser sends the
+// cookie with requests that any page of the same site makes, and every
+// preview name is the same site; without this, a page on sandbox A's
+// preview could POST to sandbox B's, or open its WebSocket, as the user.
+func checkPreviewOrigin(r *http.Request) error {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		if r.Header.Get("Upgrade") == "" {
+			return nil
+		}
+	}
+	origin := r.Header.Get("Origin")
+	if sameOrigin(origin, r) {
+		return nil
+	}
+	return fmt.Errorf("preview %s: a %s request or WebSocket upgrade let in by the preview cookie needs the Origin header of this same preview (got %q); another page must not act here with the user's cookie. Send the preview token in the %s header instead: %w",
+		r.Host, r.Method, clip(origin), wire.PreviewTokenHeader, errdefs.ErrPermissionDenied)
+}
+
+// sameOrigin reports whether origin (an Origin header) names r's own host
+// with a web scheme: https under TLS, either without (a proxy in front may
+// end TLS).
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	if err != nil || origin == "" || u.Path != "" || u.User != nil || u.RawQuery != "" {
+		return false
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && r.TLS == nil:
+	default:
+		return false
+	}
+	return u.Host != "" && strings.EqualFold(u.Host, r.Host)
 }
 
 // previewByPath serves /v1/sandboxes/{id}/ports/{port}/http/{path...}.
 // Handler lets it through without the bearer token; it checks access here.
 func (s *Server) previewByPath(w http.ResponseWriter, r *http.Request) error {
 	id, port, parseErr := pathIDPort(r)
-	if _, err := s.previewAccess(r, id, port, parseErr, false); err != nil {
+	if _, _, err := s.previewAccess(r, id, port, parseErr, false); err != nil {
 		return err
 	}
 	// A browser fetching a service worker script says so. A worker from a
@@ -172,15 +264,27 @@ func (s *Server) servePreviewHost(w http.ResponseWriter, r *http.Request) bool {
 	}
 	s.adapt(func(w http.ResponseWriter, r *http.Request) error {
 		id, port, parseErr := parsePreviewLabel(label)
-		cookie, err := s.previewAccess(r, id, port, parseErr, true)
+		cookie, byCookie, err := s.previewAccess(r, id, port, parseErr, true)
 		if err != nil {
 			return err
 		}
+		if byCookie {
+			if err := checkPreviewOrigin(r); err != nil {
+				return err
+			}
+		}
 		if cookie != "" {
-			http.SetCookie(w, &http.Cookie{
-				Name: wire.PreviewTokenCookie, Value: cookie, Path: "/",
+			c := &http.Cookie{
+				Name: previewCookieName(r), Value: cookie, Path: "/",
 				HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode,
-			})
+			}
+			if _, es, ok := strings.Cut(cookie, "."); ok {
+				es, _, _ = strings.Cut(es, ".")
+				if exp, err := strconv.ParseInt(es, 10, 64); err == nil {
+					c.Expires = time.Unix(exp, 0)
+				}
+			}
+			http.SetCookie(w, c)
 		}
 		return s.proxyPreviewHost(w, r, id, port)
 	}).ServeHTTP(w, r)
@@ -211,6 +315,7 @@ func (s *Server) proxyPreviewHost(w http.ResponseWriter, r *http.Request, id str
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del(wire.PreviewTokenHeader)
 			stripCookie(pr.Out.Header, wire.PreviewTokenCookie)
+			stripCookie(pr.Out.Header, "__Host-"+wire.PreviewTokenCookie)
 		},
 		Transport:      conn.Transport(),
 		FlushInterval:  -1,

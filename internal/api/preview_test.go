@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,49 +55,78 @@ func TestPreviewAccess(t *testing.T) {
 	}}
 	s := New(Options{Manager: m, Token: "api-token", PreviewDomain: "preview.localhost", Log: slog.New(slog.DiscardHandler)})
 	h := s.Handler()
-	tokA := s.previewToken(m.boxes["sb-aaaaaaaaaaaa"])
-	tokB := s.previewToken(m.boxes["sb-bbbbbbbbbbbb"])
-	if tokA == tokB || len(tokA) < 40 {
-		t.Fatalf("preview tokens %q and %q", tokA, tokB)
+	exp := time.Now().Add(time.Hour)
+	tokA := s.previewToken(m.boxes["sb-aaaaaaaaaaaa"], 8000, exp)
+	tokB := s.previewToken(m.boxes["sb-bbbbbbbbbbbb"], 8000, exp)
+	tokA9 := s.previewToken(m.boxes["sb-aaaaaaaaaaaa"], 9000, exp)
+	expired := s.previewToken(m.boxes["sb-aaaaaaaaaaaa"], 8000, time.Now().Add(-time.Second))
+	if tokA == tokB || tokA == tokA9 || len(tokA) < 40 {
+		t.Fatalf("preview tokens %q, %q and %q", tokA, tokB, tokA9)
 	}
-	if other := New(Options{Manager: m, Token: "other"}).previewToken(m.boxes["sb-aaaaaaaaaaaa"]); other == tokA {
+	if other := New(Options{Manager: m, Token: "other"}).previewToken(m.boxes["sb-aaaaaaaaaaaa"], 8000, exp); other == tokA {
 		t.Error("the preview token does not depend on the API token")
 	}
+	// The expiry is under the MAC: moving it forward spoils the token.
+	_, rest, _ := strings.Cut(expired, ".")
+	_, mac, _ := strings.Cut(rest, ".")
+	extended := "8000." + strconv.FormatInt(exp.Unix(), 10) + "." + mac
+	other := "9000" + tokA[len("8000"):]
 
 	const reached = http.StatusServiceUnavailable // passed the check, met the agentless manager
 	tests := []struct {
 		name, target, host string
 		hdr                map[string]string
 		want               int
+		method             string
 	}{
-		{"path bearer", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"Authorization": "Bearer api-token"}, reached},
-		{"path no token", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", nil, 401},
-		{"path wrong bearer", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"Authorization": "Bearer nope"}, 401},
-		{"path preview header", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"X-Hotcell-Preview-Token": tokA}, reached},
-		{"path preview query", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x?hotcell_preview_token=" + tokA, "", nil, reached},
-		{"path other sandbox's token", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"X-Hotcell-Preview-Token": tokB}, 401},
-		{"path cookie does not count", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"Cookie": "hotcell_preview_token=" + tokA}, 401},
-		{"path public port", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/3000/http/", "", nil, reached},
-		{"path service worker script", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/sw.js", "", map[string]string{"X-Hotcell-Preview-Token": tokA, "Service-Worker": "script"}, 403},
-		{"path service worker script public", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/3000/http/sw.js", "", map[string]string{"Service-Worker": "script"}, 403},
-		{"host service worker script", "/sw.js", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"X-Hotcell-Preview-Token": tokA, "Service-Worker": "script"}, reached},
-		{"path unknown sandbox", "/v1/sandboxes/sb-cccccccccccc/ports/3000/http/", "", nil, 401},
-		{"path bad port anonymous", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/0/http/", "", nil, 401},
-		{"path bad port bearer", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/70000/http/", "", map[string]string{"Authorization": "Bearer api-token"}, 400},
-		{"path bad id token", "/v1/sandboxes/BAD/ports/80/http/", "", map[string]string{"X-Hotcell-Preview-Token": tokA}, 400},
-		{"host bearer", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost:8080", map[string]string{"Authorization": "Bearer api-token"}, reached},
-		{"host no token", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost:8080", nil, 401},
-		{"host cookie", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "a=1; hotcell_preview_token=" + tokA}, reached},
-		{"host upper case", "/x", "8000-SB-AAAAAAAAAAAA.Preview.Localhost", map[string]string{"X-Hotcell-Preview-Token": tokA}, reached},
-		{"host public", "/", "3000-sb-aaaaaaaaaaaa.preview.localhost", nil, reached},
-		{"host bad port", "/", "99999-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Authorization": "Bearer api-token"}, 400},
-		{"host API route is not served", "/v1/sandboxes", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Authorization": "Bearer api-token"}, reached},
-		{"API host still wants the bearer", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/wait", "", map[string]string{"X-Hotcell-Preview-Token": tokA}, 401},
-		{"other host is the API", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/wait", "preview.localhost", nil, 401},
+		{"path bearer", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"Authorization": "Bearer api-token"}, reached, ""},
+		{"path no token", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", nil, 401, ""},
+		{"path wrong bearer", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"Authorization": "Bearer nope"}, 401, ""},
+		{"path preview header", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"X-Hotcell-Preview-Token": tokA}, reached, ""},
+		{"path preview query", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x?hotcell_preview_token=" + tokA, "", nil, reached, ""},
+		{"path other sandbox's token", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"X-Hotcell-Preview-Token": tokB}, 401, ""},
+		{"path other port's token", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"X-Hotcell-Preview-Token": tokA9}, 401, ""},
+		{"path token with its port changed", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/9000/http/x", "", map[string]string{"X-Hotcell-Preview-Token": other}, 401, ""},
+		{"path expired token", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"X-Hotcell-Preview-Token": expired}, 401, ""},
+		{"path expiry moved forward", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"X-Hotcell-Preview-Token": extended}, 401, ""},
+		{"host other port's cookie", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "hotcell_preview_token=" + tokA9}, 401, ""},
+		{"host expired cookie", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "hotcell_preview_token=" + expired}, 401, ""},
+		{"path cookie does not count", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/x", "", map[string]string{"Cookie": "hotcell_preview_token=" + tokA}, 401, ""},
+		{"path public port", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/3000/http/", "", nil, reached, ""},
+		{"path service worker script", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/http/sw.js", "", map[string]string{"X-Hotcell-Preview-Token": tokA, "Service-Worker": "script"}, 403, ""},
+		{"path service worker script public", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/3000/http/sw.js", "", map[string]string{"Service-Worker": "script"}, 403, ""},
+		{"host service worker script", "/sw.js", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"X-Hotcell-Preview-Token": tokA, "Service-Worker": "script"}, reached, ""},
+		{"path unknown sandbox", "/v1/sandboxes/sb-cccccccccccc/ports/3000/http/", "", nil, 401, ""},
+		{"path bad port anonymous", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/0/http/", "", nil, 401, ""},
+		{"path bad port bearer", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/70000/http/", "", map[string]string{"Authorization": "Bearer api-token"}, 400, ""},
+		{"path bad id token", "/v1/sandboxes/BAD/ports/80/http/", "", map[string]string{"X-Hotcell-Preview-Token": tokA}, 400, ""},
+		{"host bearer", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost:8080", map[string]string{"Authorization": "Bearer api-token"}, reached, ""},
+		{"host no token", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost:8080", nil, 401, ""},
+		{"host cookie", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "a=1; hotcell_preview_token=" + tokA}, reached, ""},
+		{"host cookie POST same origin", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost:8080", map[string]string{"Cookie": "hotcell_preview_token=" + tokA, "Origin": "http://8000-sb-aaaaaaaaaaaa.preview.localhost:8080"}, reached, "POST"},
+		{"host cookie POST other preview", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost:8080", map[string]string{"Cookie": "hotcell_preview_token=" + tokA, "Origin": "http://8000-sb-bbbbbbbbbbbb.preview.localhost:8080"}, 403, "POST"},
+		{"host cookie POST other port", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost:8080", map[string]string{"Cookie": "hotcell_preview_token=" + tokA, "Origin": "http://8000-sb-aaaaaaaaaaaa.preview.localhost:9090"}, 403, "POST"},
+		{"host cookie POST no origin", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "hotcell_preview_token=" + tokA}, 403, "POST"},
+		{"host cookie POST null origin", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "hotcell_preview_token=" + tokA, "Origin": "null"}, 403, "POST"},
+		{"host cookie DELETE other preview", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "hotcell_preview_token=" + tokA, "Origin": "http://evil.example"}, 403, "DELETE"},
+		{"host cookie WebSocket other preview", "/ws", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "hotcell_preview_token=" + tokA, "Origin": "http://8000-sb-bbbbbbbbbbbb.preview.localhost", "Connection": "Upgrade", "Upgrade": "websocket"}, 403, "GET"},
+		{"host cookie WebSocket same origin", "/ws", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "hotcell_preview_token=" + tokA, "Origin": "http://8000-sb-aaaaaaaaaaaa.preview.localhost", "Connection": "Upgrade", "Upgrade": "websocket"}, reached, "GET"},
+		{"host cookie GET other origin", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Cookie": "hotcell_preview_token=" + tokA, "Origin": "http://evil.example"}, reached, "GET"},
+		{"host header token POST no origin", "/x", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"X-Hotcell-Preview-Token": tokA}, reached, "POST"},
+		{"host public POST no origin", "/x", "3000-sb-aaaaaaaaaaaa.preview.localhost", nil, reached, "POST"},
+		{"host upper case", "/x", "8000-SB-AAAAAAAAAAAA.Preview.Localhost", map[string]string{"X-Hotcell-Preview-Token": tokA}, reached, ""},
+		{"host public", "/", "3000-sb-aaaaaaaaaaaa.preview.localhost", nil, reached, ""},
+		{"host bad port", "/", "99999-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Authorization": "Bearer api-token"}, 400, ""},
+		{"host API route is not served", "/v1/sandboxes", "8000-sb-aaaaaaaaaaaa.preview.localhost", map[string]string{"Authorization": "Bearer api-token"}, reached, ""},
+		{"API host still wants the bearer", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/wait", "", map[string]string{"X-Hotcell-Preview-Token": tokA}, 401, ""},
+		{"other host is the API", "/v1/sandboxes/sb-aaaaaaaaaaaa/ports/8000/wait", "preview.localhost", nil, 401, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := httptest.NewRequest("GET", tt.target, nil)
+			if tt.method == "" {
+				tt.method = "GET"
+			}
+			req := httptest.NewRequest(tt.method, tt.target, nil)
 			if tt.host != "" {
 				req.Host = tt.host
 			}
@@ -108,7 +138,7 @@ func TestPreviewAccess(t *testing.T) {
 			if rec.Code != tt.want {
 				t.Errorf("got %d %s, want %d", rec.Code, rec.Body, tt.want)
 			}
-			if rec.Code == 403 && !strings.Contains(rec.Body.String(), "service worker") {
+			if rec.Code == 403 && !strings.Contains(rec.Body.String(), "service worker") && !strings.Contains(rec.Body.String(), "Origin") {
 				t.Errorf("403 body does not say why: %s", rec.Body)
 			}
 			if rec.Code == 401 && strings.Contains(tt.target, "/http/") && !strings.Contains(rec.Body.String(), "preview token") {
@@ -123,8 +153,28 @@ func TestPreviewAccess(t *testing.T) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	cookies := rec.Result().Cookies()
-	if len(cookies) != 1 || cookies[0].Name != wire.PreviewTokenCookie || cookies[0].Value != tokA || !cookies[0].HttpOnly || cookies[0].Domain != "" {
+	if len(cookies) != 1 || cookies[0].Name != wire.PreviewTokenCookie || cookies[0].Value != tokA || !cookies[0].HttpOnly || cookies[0].Domain != "" ||
+		cookies[0].Path != "/" || cookies[0].SameSite != http.SameSiteLaxMode || cookies[0].Expires.Unix() != exp.Unix() {
 		t.Errorf("cookies %+v", cookies)
+	}
+
+	// Over TLS the cookie has the __Host- prefix and is Secure, and only
+	// that name counts.
+	req = httptest.NewRequest("GET", "https://8000-sb-aaaaaaaaaaaa.preview.localhost/?hotcell_preview_token="+url.QueryEscape(tokA), nil)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	cookies = rec.Result().Cookies()
+	if len(cookies) != 1 || cookies[0].Name != "__Host-"+wire.PreviewTokenCookie || !cookies[0].Secure || !cookies[0].HttpOnly || cookies[0].Domain != "" || cookies[0].Path != "/" {
+		t.Errorf("TLS cookies %+v", cookies)
+	}
+	for name, want := range map[string]int{"__Host-" + wire.PreviewTokenCookie: reached, wire.PreviewTokenCookie: 401} {
+		req = httptest.NewRequest("GET", "https://8000-sb-aaaaaaaaaaaa.preview.localhost/x", nil)
+		req.Header.Set("Cookie", name+"="+tokA)
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("TLS with cookie %s: got %d, want %d", name, rec.Code, want)
+		}
 	}
 }
 

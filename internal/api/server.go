@@ -43,6 +43,9 @@ type Options struct {
 	// PreviewDomain serves {port}-{id}.<PreviewDomain> as the HTTP preview
 	// of that port; empty turns previews by host name off.
 	PreviewDomain string
+	// PreviewTokenTTL is how long a preview token from preview-url lasts
+	// (DefaultPreviewTokenTTL when 0).
+	PreviewTokenTTL time.Duration
 	// Hosts are the Host headers the API answers; others get a 403. nil
 	// answers every Host (unit tests of other behaviour); the daemon
 	// always sets it.
@@ -84,6 +87,9 @@ func New(opts Options) *Server {
 	}
 	if opts.MaxExecOutput == 0 {
 		opts.MaxExecOutput = 1 << 20
+	}
+	if opts.PreviewTokenTTL <= 0 {
+		opts.PreviewTokenTTL = DefaultPreviewTokenTTL
 	}
 	if opts.StreamWriteTimeout <= 0 {
 		opts.StreamWriteTimeout = ndjson.DefaultWriteTimeout

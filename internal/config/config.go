@@ -99,6 +99,8 @@ type Config struct {
 	// host name off. *.localhost resolves to loopback in browsers, so the
 	// default works on the daemon's host with no DNS set up.
 	PreviewDomain string
+	// PreviewTokenTTL: how long a preview token (preview-url) lasts.
+	PreviewTokenTTL time.Duration
 	// DefaultLimits fill, per field, the limits a create request leaves
 	// out; MaxLimits cap what a request may ask for (limits.go). A zero
 	// field is unlimited.
@@ -174,6 +176,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.StreamWriteTimeout }},
 	{"preview_domain", kindString, "domain whose names {port}-{sandbox id}.DOMAIN serve port previews (empty: off)",
 		func(c *Config) any { return &c.PreviewDomain }},
+	{"preview_token_ttl", kindDuration, "how long a preview token from preview-url lasts; each token opens one port of one sandbox",
+		func(c *Config) any { return &c.PreviewTokenTTL }},
 	{"default_limits", kindLimits, "limits of a sandbox whose create gives none, per field: " + limitsSyntax + "; fields not named keep this default; disk is recorded, not enforced yet",
 		func(c *Config) any { return &c.DefaultLimits }},
 	{"max_limits", kindLimits, "largest limits a create may ask for, same syntax; fields not named have no maximum",
@@ -225,6 +229,7 @@ func Default() Config {
 		OrphanGrace:        10 * time.Minute,
 		EngineRestart:      "restart",
 		PreviewDomain:      DefaultPreviewDomain,
+		PreviewTokenTTL:    24 * time.Hour,
 		DefaultLimits:      DefaultSandboxLimits,
 		MaxLimits:          DefaultMaxLimits,
 
@@ -485,6 +490,7 @@ func (c *Config) Validate() error {
 		{"git_timeout", c.GitTimeout},
 		{"shutdown_timeout", c.ShutdownTimeout},
 		{"stream_write_timeout", c.StreamWriteTimeout},
+		{"preview_token_ttl", c.PreviewTokenTTL},
 	} {
 		if d.v <= 0 {
 			return bad(d.key, d.v, "must be greater than 0")
@@ -668,6 +674,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("max_exec_output", c.MaxExecOutput),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
 		slog.Duration("stream_write_timeout", c.StreamWriteTimeout),
+		slog.Duration("preview_token_ttl", c.PreviewTokenTTL),
 		slog.String("preview_domain", c.PreviewDomain),
 		slog.String("default_limits", FormatLimits(c.DefaultLimits)),
 		slog.String("max_limits", FormatLimits(c.MaxLimits)),

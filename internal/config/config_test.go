@@ -71,6 +71,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout:    10 * time.Second,
 		StreamWriteTimeout: time.Minute,
 		PreviewDomain:      "preview.localhost",
+		PreviewTokenTTL:    24 * time.Hour,
 		IdleAction:         "stop",
 		LifetimeAction:     "destroy",
 		OrphanGrace:        10 * time.Minute,

@@ -142,6 +142,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		MaxExecOutput:      cfg.MaxExecOutput,
 		StreamWriteTimeout: cfg.StreamWriteTimeout,
 		PreviewDomain:      cfg.PreviewDomain,
+		PreviewTokenTTL:    cfg.PreviewTokenTTL,
 		AllowLocalRepos:    cfg.AllowLocalRepos,
 		Hosts:              api.NewHostAllowlist(cfg.ListenHost(), cfg.PreviewDomain, cfg.AllowedHostList()),
 		Metrics:            mets.Handler(),
