@@ -1,10 +1,13 @@
 // Command portsrv is a small static server that ports tests and benchmarks
 // upload into a sandbox:
 //
-//	portsrv http PORT   WebSocket echo at /ws; /stream sends "first\n", then
-//	                    waits for /tmp/portsrv-release to exist and sends "last\n"
+//	portsrv http PORT   "portsrv PORT\n" at /; WebSocket echo at /ws;
+//	                    /stream sends "first\n", then waits for
+//	                    /tmp/portsrv-release to exist and sends "last\n"
 //	                    /sw.js is a service worker script that asks for the
 //	                    scope "/" with Service-Worker-Allowed
+//	                    POST /post appends its body and a newline to
+//	                    /tmp/portsrv-posts and answers "ok"
 //	portsrv source PORT BYTES   each connection gets BYTES zero bytes, then EOF
 package main
 
@@ -35,6 +38,10 @@ func main() {
 			w.Header().Set("Content-Type", "text/javascript")
 			w.Header().Set("Service-Worker-Allowed", "/")
 			io.WriteString(w, "self.addEventListener('fetch', e => e.respondWith(fetch(e.request)));\n")
+		})
+		mux.HandleFunc("POST /post", post)
+		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "portsrv "+os.Args[2]+"\n")
 		})
 		fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, mux))
 	case "source":
@@ -81,6 +88,18 @@ func echo(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+func post(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
+	f, err := os.OpenFile("/tmp/portsrv-posts", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	f.Write(append(body, '\n'))
+	io.WriteString(w, "ok")
 }
 
 func stream(w http.ResponseWriter, r *http.Request) {
