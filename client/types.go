@@ -84,4 +84,6 @@ var (
 	ErrUnavailable      = errdefs.ErrUnavailable
 	ErrDeadlineExceeded = errdefs.ErrDeadlineExceeded
 	ErrNotImplemented   = errdefs.ErrNotImplemented
+	// ErrInsufficientStorage: the daemon's disk or a backup quota is full.
+	ErrInsufficientStorage = errdefs.ErrInsufficientStorage
 )

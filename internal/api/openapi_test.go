@@ -375,7 +375,7 @@ func TestOpenAPIWireSchemas(t *testing.T) {
 	for _, c := range []error{
 		errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrAlreadyExists, errdefs.ErrConflict,
 		errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied, errdefs.ErrTooLarge, errdefs.ErrUnavailable,
-		errdefs.ErrDeadlineExceeded, errdefs.ErrNotImplemented,
+		errdefs.ErrDeadlineExceeded, errdefs.ErrNotImplemented, errdefs.ErrInsufficientStorage,
 	} {
 		_, code := errdefs.HTTPStatus(c)
 		want = append(want, code)

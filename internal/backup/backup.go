@@ -83,6 +83,9 @@ type Options struct {
 	Keep int
 	// Snapshotter commits boxes to images; nil turns snapshots off (501).
 	Snapshotter driver.Snapshotter
+	// Limits bound each backup's size, each sandbox's backups, and the
+	// free space backups leave on the daemon's disk (limits.go).
+	Limits Limits
 	// Ops owns backups, restores and snapshots in flight: the daemon waits
 	// for them at shutdown and cancels them after the grace period, and a
 	// cancelled one leaves no file and no record. Nil: a group of its own.
@@ -97,6 +100,10 @@ type Service struct {
 	sandboxes Sandboxes
 
 	locks keyedmutex.Map // one per sandbox id
+
+	// statfs reports the free bytes of a path's filesystem (freeBytes;
+	// tests replace it).
+	statfs func(path string) (int64, error)
 }
 
 // New returns a Service. The sandbox manager does not know it: a create
@@ -111,7 +118,10 @@ func New(opts Options) *Service {
 	if opts.Ops == nil {
 		opts.Ops = inflight.New()
 	}
-	return &Service{opts: opts, log: opts.Log.With("component", "backup"), sandboxes: opts.Sandboxes}
+	if opts.Limits.IdleTimeout <= 0 {
+		opts.Limits.IdleTimeout = DefaultIdleTimeout
+	}
+	return &Service{opts: opts, log: opts.Log.With("component", "backup"), sandboxes: opts.Sandboxes, statfs: freeBytes}
 }
 
 // lock serialises backups, restores and snapshots of one sandbox: a backup
@@ -134,8 +144,10 @@ func newID(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
+func (s *Service) root() string { return filepath.Join(s.opts.DataDir, "backups") }
+
 func (s *Service) dir(sandboxID string) string {
-	return filepath.Join(s.opts.DataDir, "backups", sandboxID)
+	return filepath.Join(s.root(), sandboxID)
 }
 
 func (s *Service) file(b wire.Backup) string {
@@ -152,7 +164,7 @@ const tmpPrefix = ".tmp-"
 // temp files, and finished files that were never recorded. A record whose
 // file is gone is dropped, so nothing listed is known to be missing.
 func (s *Service) Recover(ctx context.Context) error {
-	root := filepath.Join(s.opts.DataDir, "backups")
+	root := s.root()
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return fmt.Errorf("create backups dir: %w", err)
 	}
@@ -199,13 +211,19 @@ func (s *Service) Recover(ctx context.Context) error {
 }
 
 // fileWriter writes a backup to a temp file, counting and hashing what goes
-// to disk, and renames it into place on commit.
+// to disk, and renames it into place on commit. It refuses to grow past
+// max (when maxErr is set) and calls check every freeCheckEvery bytes.
 type fileWriter struct {
 	f      *os.File
 	final  string
 	hash   hashWriter
 	size   int64
 	closed bool
+
+	max       int64
+	maxErr    error
+	check     func() error
+	nextCheck int64
 }
 
 type hashWriter interface {
@@ -227,6 +245,15 @@ func (s *Service) newFile(b wire.Backup) (*fileWriter, error) {
 }
 
 func (w *fileWriter) Write(p []byte) (int, error) {
+	if w.maxErr != nil && w.size+int64(len(p)) > w.max {
+		return 0, w.maxErr
+	}
+	if w.check != nil && w.size >= w.nextCheck {
+		if err := w.check(); err != nil {
+			return 0, err
+		}
+		w.nextCheck = w.size + freeCheckEvery
+	}
 	n, err := w.f.Write(p)
 	w.hash.Write(p[:n])
 	w.size += int64(n)
@@ -239,7 +266,7 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 // diskErr says plainly when the backups disk is full.
 func diskErr(err error) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fmt.Errorf("write backup: the backups disk is full (%v); free space or delete backups: %w", err, errdefs.ErrTooLarge)
+		return fmt.Errorf("write backup: the backups disk is full (%v); free space or delete backups: %w", err, errdefs.ErrInsufficientStorage)
 	}
 	return fmt.Errorf("write backup: %w", err)
 }
@@ -296,29 +323,51 @@ func (s *Service) Create(ctx context.Context, sandboxID string, req wire.CreateB
 	}
 	unlock := s.lock(sandboxID)
 	defer unlock()
-	b, err := s.create(ctx, conn, sandboxID, req.Gzip, SourceBackup, progress)
-	if err != nil {
-		return b, err
-	}
 	keep := s.opts.Keep
 	if req.Keep > 0 {
 		keep = req.Keep
+	}
+	b, err := s.create(ctx, conn, sandboxID, req.Gzip, SourceBackup, keep, progress)
+	if err != nil {
+		s.failed(ctx, sandboxID, err)
+		return b, err
 	}
 	s.retain(ctx, sandboxID, keep)
 	s.sandboxes.Event(ctx, sandboxID, wire.SandboxEventBackedUp, b.ID, map[string]string{"backup": b.ID, "size": fmt.Sprint(b.Size), "sha256": b.SHA256})
 	return b, nil
 }
 
+// failed records a backup's failure in the sandbox's event log, with the
+// setting that stopped it as the reason ("error" for anything else).
+func (s *Service) failed(ctx context.Context, sandboxID string, err error) {
+	reason := limitReason(err)
+	s.log.Warn("backup failed", "sandbox", sandboxID, "reason", reason, "err", err)
+	s.sandboxes.Event(context.WithoutCancel(ctx), sandboxID, wire.SandboxEventBackupFailed, err.Error(),
+		map[string]string{"reason": reason})
+}
+
 // create streams the workspace tar from the agent into a recorded backup.
-func (s *Service) create(ctx context.Context, conn *agentconn.Conn, sandboxID string, gz bool, source string, progress Progress) (wire.Backup, error) {
+// The tar comes from inside the sandbox, where code runs as root and can
+// answer for the agent: it is capped (backup_max_size), the file it makes
+// is capped by the quota and the disk's reserve, and a stream that stalls
+// is cut (limits.go). keep is the retention the caller applies afterwards.
+func (s *Service) create(ctx context.Context, conn *agentconn.Conn, sandboxID string, gz bool, source string, keep int, progress Progress) (wire.Backup, error) {
 	b := wire.Backup{ID: newID("bk"), SandboxID: sandboxID, Gzip: gz, Source: source}
+	bg, err := s.plan(ctx, sandboxID, keep)
+	if err != nil {
+		return b, fmt.Errorf("back up sandbox %s: %w", sandboxID, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stall := newStallGuard(s.opts.Limits.IdleTimeout, cancel)
+	defer stall.stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/archive?"+url.Values{"path": {fspath.Workspace}}.Encode(), nil)
 	if err != nil {
 		return b, err
 	}
 	resp, err := conn.Do(req)
 	if err != nil {
-		return b, fmt.Errorf("back up sandbox %s: %w", sandboxID, err)
+		return b, fmt.Errorf("back up sandbox %s: %w", sandboxID, stall.err(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
@@ -328,11 +377,21 @@ func (s *Service) create(ctx context.Context, conn *agentconn.Conn, sandboxID st
 	if err != nil {
 		return b, diskErr(err)
 	}
-	if err := s.fill(fw, resp.Body, gz, progress); err != nil {
+	s.guard(fw, bg)
+	src := s.capped(stall.reader(resp.Body), "the workspace tar")
+	if err := s.fill(fw, src, gz, progress); err != nil {
 		fw.abort()
-		return b, fmt.Errorf("back up sandbox %s: %w", sandboxID, err)
+		return b, fmt.Errorf("back up sandbox %s: %w", sandboxID, stall.err(err))
 	}
+	stall.stop()
 	return s.record(ctx, fw, b)
+}
+
+// capped cuts r once it passes backup_max_size.
+func (s *Service) capped(r io.Reader, what string) io.Reader {
+	max := s.opts.Limits.MaxSize
+	return &capReader{r: r, max: max, err: limitErr(SettingMaxSize, errdefs.ErrTooLarge,
+		"%s passed backup_max_size (%d bytes): the backup was aborted and removed; make the workspace smaller or raise backup_max_size", what, max)}
 }
 
 // fill copies the tar stream src into fw (compressing it when gz) and
@@ -530,17 +589,25 @@ func (s *Service) Upload(ctx context.Context, sandboxID string, body io.Reader) 
 	unlock := s.lock(sandboxID)
 	defer unlock()
 	b := wire.Backup{ID: newID("bk"), SandboxID: sandboxID, Gzip: gz, Source: SourceUpload}
+	bg, err := s.plan(ctx, sandboxID, s.opts.Keep)
+	if err != nil {
+		return b, fmt.Errorf("upload a backup of sandbox %s: %w", sandboxID, err)
+	}
 	fw, err := s.newFile(b)
 	if err != nil {
 		return b, diskErr(err)
 	}
+	s.guard(fw, bg)
 	chk := newTarChecker()
 	if gz {
 		chk = newGzipTarChecker()
 	}
-	err = copyTo(io.MultiWriter(fw, chk), br)
+	err = copyTo(io.MultiWriter(fw, chk), s.capped(br, "the upload"))
 	var rerr readError
-	if errors.As(err, &rerr) {
+	var lerr *LimitError
+	if errors.As(err, &lerr) {
+		err = lerr
+	} else if errors.As(err, &rerr) {
 		err = errdefs.Invalid("body", "read upload: %v", rerr.error)
 	}
 	if err == nil {

@@ -46,11 +46,20 @@ func (s *Service) Snapshot(ctx context.Context, sandboxID string) (wire.Snapshot
 	sn.Image = SnapshotRepo + ":" + sandboxID + "-" + sn.ID
 	// The workspace first, then the root filesystem: the engine pauses the
 	// box for the commit, and a paused agent cannot stream a backup.
-	b, err := s.create(ctx, conn, sandboxID, true, SourceSnapshot, nil)
+	b, err := s.create(ctx, conn, sandboxID, true, SourceSnapshot, 0, nil)
 	if err != nil {
+		s.failed(ctx, sandboxID, err)
 		return sn, fmt.Errorf("snapshot sandbox %s: back up the workspace: %w", sandboxID, err)
 	}
 	sn.WorkspaceBackupID = b.ID
+	// The image goes to the engine's storage, which hotcell cannot measure
+	// (the engine may be remote); on a one-disk host it is the disk of the
+	// data dir, so the commit needs its reserve there too.
+	if err := s.roomForCommit(); err != nil {
+		_ = s.remove(ctx, b)
+		s.failed(ctx, sandboxID, err)
+		return sn, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err)
+	}
 	labels := map[string]string{driver.LabelID: sandboxID, driver.LabelSnapshot: sn.ID}
 	// The engine pauses the box during the commit; without the hold the
 	// reconciler would record that pause as the sandbox's state.

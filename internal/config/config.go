@@ -110,6 +110,11 @@ type Config struct {
 	// Lifecycle defaults and reconciler settings (lifecycle.go).
 	IdleTimeout, MaxLifetime, OrphanGrace     time.Duration
 	IdleAction, LifetimeAction, EngineRestart string
+	// Backup limits (backups.go): the largest workspace tar a backup takes,
+	// the bytes a sandbox's kept backups may take, the free space backups
+	// leave on the data dir's disk, how long a backup stream may stall.
+	BackupMaxSize, BackupQuota, MinFreeDisk int64
+	BackupIdleTimeout                       time.Duration
 	// Providers are the LLM gateway's upstreams ([[provider]] tables of the
 	// config file and of ProvidersFile; gateway.go).
 	Providers     []Provider
@@ -182,6 +187,14 @@ var settings = []setting{
 		func(c *Config) any { return &c.DefaultLimits }},
 	{"max_limits", kindLimits, "largest limits a create may ask for, same syntax; fields not named have no maximum",
 		func(c *Config) any { return &c.MaxLimits }},
+	{"backup_max_size", kindBytes, "largest workspace tar one backup, upload or snapshot workspace takes, in bytes; a stream past it is aborted and removed (0: no cap)",
+		func(c *Config) any { return &c.BackupMaxSize }},
+	{"backup_quota", kindBytes, "bytes one sandbox's kept backups (snapshots' workspaces included) may take on the daemon's disk; a backup past it is refused with 507 (0: no quota)",
+		func(c *Config) any { return &c.BackupQuota }},
+	{"min_free_disk", kindBytes, "bytes backups and snapshots leave free on the data dir's filesystem: one that would go below is refused (507) or aborted (0: only a full disk stops them)",
+		func(c *Config) any { return &c.MinFreeDisk }},
+	{"backup_idle_timeout", kindDuration, "a backup whose tar stream from the agent delivers nothing for this long is aborted",
+		func(c *Config) any { return &c.BackupIdleTimeout }},
 	{"egress_network", kindString, "name of the bridge network sandboxes join",
 		func(c *Config) any { return &c.EgressNetwork }},
 	{"egress_subnet", kindString, "subnet (CIDR) of the egress network; firewall rules key on it",
@@ -232,6 +245,10 @@ func Default() Config {
 		PreviewTokenTTL:    24 * time.Hour,
 		DefaultLimits:      DefaultSandboxLimits,
 		MaxLimits:          DefaultMaxLimits,
+		BackupMaxSize:      DefaultBackupMaxSize,
+		BackupQuota:        DefaultBackupQuota,
+		MinFreeDisk:        DefaultMinFreeDisk,
+		BackupIdleTimeout:  DefaultBackupIdleTimeout,
 
 		EgressNetwork:     DefaultEgressNetwork,
 		EgressSubnet:      DefaultEgressSubnet,
@@ -515,6 +532,9 @@ func (c *Config) Validate() error {
 	}
 
 	if err := c.validateLimits(bad); err != nil {
+		return err
+	}
+	if err := c.validateBackups(bad); err != nil {
 		return err
 	}
 	if err := c.validateEgress(bad); err != nil {

@@ -123,7 +123,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
 	}
-	bk, err := startBackups(ctx, cfg.DataDir, st, drv, mgr, ops, log)
+	bk, err := startBackups(ctx, cfg, st, drv, mgr, ops, log)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ var (
 	ErrUnavailable      = errors.New("unavailable") // a dependency (engine, agent) cannot be reached
 	ErrDeadlineExceeded = errors.New("deadline exceeded")
 	ErrNotImplemented   = errors.New("not implemented")
+	// ErrInsufficientStorage: the daemon's own disk, or a quota on it,
+	// cannot take what the operation would write (a backup).
+	ErrInsufficientStorage = errors.New("insufficient storage")
 )
 
 type class struct {
@@ -43,6 +46,7 @@ var classes = []class{
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
 	{ErrDeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
 	{ErrNotImplemented, "not_implemented", http.StatusNotImplemented},
+	{ErrInsufficientStorage, "insufficient_storage", http.StatusInsufficientStorage},
 }
 
 // Invalid returns an ErrInvalidArgument error naming the field at fault.

@@ -28,6 +28,7 @@ func TestHTTPStatusOfClasses(t *testing.T) {
 		{ErrUnavailable, 503, "unavailable"},
 		{ErrDeadlineExceeded, 504, "deadline_exceeded"},
 		{ErrNotImplemented, 501, "not_implemented"},
+		{ErrInsufficientStorage, 507, "insufficient_storage"},
 		{errors.New("boom"), 500, "internal"},
 		{nil, 500, "internal"},
 	}

@@ -43,6 +43,11 @@ type BackupEvent struct {
 const (
 	SandboxEventBackedUp    = "backed-up"
 	SandboxEventSnapshotted = "snapshotted"
+	// SandboxEventBackupFailed: a backup (or a snapshot's workspace) was
+	// refused or aborted; its reason field names the setting that stopped
+	// it (backup_max_size, backup_quota, min_free_disk,
+	// backup_idle_timeout) or is "error".
+	SandboxEventBackupFailed = "backup-failed"
 )
 
 // Backup event types.

@@ -396,7 +396,9 @@ func TestRestoreDaemonKilled(t *testing.T) {
 
 func TestBackupDiskFull(t *testing.T) {
 	t.Parallel()
-	d := testdaemon.Start(t)
+	// No reserve: this is the last line, a write that meets a full disk
+	// (hostile_backup_test.go covers min_free_disk).
+	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{"--min-free-disk=0"}})
 	t.Cleanup(d.Close)
 	ctx := t.Context()
 	dir := filepath.Join(d.DataDir, "backups")
@@ -407,7 +409,7 @@ func TestBackupDiskFull(t *testing.T) {
 	sb := newSandbox(t, d, client.CreateSandboxRequest{})
 	mustOK(t, run(t, d, sb.ID, `dd if=/dev/urandom of=/workspace/big bs=1M count=20 2>/dev/null`), "fill workspace")
 	_, err := d.C.CreateBackup(ctx, sb.ID, client.BackupOptions{})
-	wantHTTP(t, err, http.StatusRequestEntityTooLarge, "backup onto a full disk")
+	wantHTTP(t, err, http.StatusInsufficientStorage, "backup onto a full disk")
 	if !strings.Contains(err.Error(), "full") {
 		t.Errorf("error %q does not say the disk is full", err)
 	}
