@@ -21,6 +21,7 @@ ensure_packages() {
 	command -v tmux >/dev/null || missing+=(tmux)
 	command -v curl >/dev/null || missing+=(curl)
 	command -v ip >/dev/null && command -v iptables-save >/dev/null || missing+=(iproute2 iptables)
+	command -v ipset >/dev/null || missing+=(ipset)
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "installing ${missing[*]}"
 		export DEBIAN_FRONTEND=noninteractive

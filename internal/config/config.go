@@ -107,6 +107,7 @@ type Config struct {
 	DefaultLimits, MaxLimits wire.Limits
 	// Egress settings: see egress.go.
 	EgressNetwork, EgressSubnet, EgressDNSUpstream, EgressDefaultMode, EgressGatewayPort string
+	EgressAllowPrivate                                                                   string
 	// Lifecycle defaults and reconciler settings (lifecycle.go).
 	IdleTimeout, MaxLifetime, OrphanGrace     time.Duration
 	IdleAction, LifetimeAction, EngineRestart string
@@ -205,6 +206,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.EgressDefaultMode }},
 	{"egress_gateway_port", kindString, "TCP port of the LLM gateway on the egress gateway address, reachable from every sandbox (0: none)",
 		func(c *Config) any { return &c.EgressGatewayPort }},
+	{"egress_allow_private", kindString, "comma-separated IPv4 CIDRs of private networks sandboxes may reach; the rest of 10/8, 172.16/12, 192.168/16, 100.64/10 and 198.18/15 is dropped in every egress mode (default: none)",
+		func(c *Config) any { return &c.EgressAllowPrivate }},
 	{"idle_timeout", kindDuration, "default idle timeout of a sandbox (0: none)", func(c *Config) any { return &c.IdleTimeout }},
 	{"idle_action", kindString, "default idle timeout action: stop, pause or destroy", func(c *Config) any { return &c.IdleAction }},
 	{"max_lifetime", kindDuration, "default maximum lifetime of a sandbox (0: none)", func(c *Config) any { return &c.MaxLifetime }},

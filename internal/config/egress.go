@@ -28,6 +28,8 @@ type EgressSettings struct {
 	Upstreams   []string
 	DefaultMode string
 	GatewayPort int
+	// AllowPrivate are the private networks sandboxes may reach.
+	AllowPrivate []netip.Prefix
 }
 
 // Egress returns the validated egress settings.
@@ -35,6 +37,7 @@ func (c Config) Egress() EgressSettings {
 	s := EgressSettings{Network: c.EgressNetwork, DefaultMode: c.EgressDefaultMode}
 	s.Subnet, _ = netip.ParsePrefix(c.EgressSubnet)
 	s.GatewayPort, _ = strconv.Atoi(c.EgressGatewayPort)
+	s.AllowPrivate, _ = parseCIDRList(c.EgressAllowPrivate)
 	for _, u := range strings.Split(c.EgressDNSUpstream, ",") {
 		if u = strings.TrimSpace(u); u != "" {
 			s.Upstreams = append(s.Upstreams, u)
@@ -65,6 +68,11 @@ func (c *Config) validateEgress(bad func(key string, value any, format string, a
 	if n, err := strconv.Atoi(c.EgressGatewayPort); err != nil || n < 0 || n > 65535 {
 		return bad("egress_gateway_port", c.EgressGatewayPort, "must be a port from 0 to 65535")
 	}
+	if ps, err := parseCIDRList(c.EgressAllowPrivate); err != nil {
+		return bad("egress_allow_private", c.EgressAllowPrivate, "must be comma-separated IPv4 CIDRs such as 10.1.0.0/16: %v", err)
+	} else {
+		c.EgressAllowPrivate = strings.Join(prefixStrings(ps), ",")
+	}
 	if strings.TrimSpace(c.EgressDNSUpstream) == "" {
 		ups, err := hostResolvers(resolvConf)
 		if err != nil || len(ups) == 0 {
@@ -89,6 +97,36 @@ func (c *Config) validateEgress(bad func(key string, value any, format string, a
 	}
 	c.EgressDNSUpstream = strings.Join(ups, ",")
 	return nil
+}
+
+// parseCIDRList parses comma-separated IPv4 CIDRs (a bare address is a /32).
+func parseCIDRList(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !strings.Contains(f, "/") {
+			f += "/32"
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, err
+		}
+		if !p.Addr().Is4() {
+			return nil, fmt.Errorf("%s is not IPv4 (the egress network has no IPv6)", f)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
 }
 
 // hostResolvers reads the nameservers of a resolv.conf as host:53.

@@ -26,6 +26,18 @@ func TestEgressSettings(t *testing.T) {
 	}
 }
 
+func TestEgressAllowPrivate(t *testing.T) {
+	t.Parallel()
+	c, err := Load(flags(t, "--agent-binary", fakeAgent(t), "--egress-allow-private", "10.1.2.3/16, 192.168.7.7"), envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Egress().AllowPrivate
+	if len(got) != 2 || got[0].String() != "10.1.0.0/16" || got[1].String() != "192.168.7.7/32" {
+		t.Errorf("got %v, want [10.1.0.0/16 192.168.7.7/32]", got)
+	}
+}
+
 func TestEgressBad(t *testing.T) {
 	t.Parallel()
 	agent := fakeAgent(t)
@@ -37,6 +49,8 @@ func TestEgressBad(t *testing.T) {
 		{"--egress-gateway-port", "70000"},
 		{"--egress-dns-upstream", "dns.example:53"},
 		{"--egress-network", "a/b"},
+		{"--egress-allow-private", "10.1.0.0/40"},
+		{"--egress-allow-private", "fd00::/8"},
 	} {
 		_, err := Load(flags(t, "--agent-binary", agent, tc.flag, tc.value), envMap(nil))
 		key := strings.ReplaceAll(strings.TrimPrefix(tc.flag, "--"), "-", "_")

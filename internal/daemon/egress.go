@@ -18,12 +18,13 @@ import (
 func startEgress(ctx context.Context, cfg config.Config, drv driver.Networker, log *slog.Logger) (*egress.Controller, error) {
 	es := cfg.Egress()
 	c := egress.New(drv, egress.Config{
-		Network:     es.Network,
-		Subnet:      es.Subnet,
-		Upstreams:   es.Upstreams,
-		GatewayPort: es.GatewayPort,
-		DefaultMode: es.DefaultMode,
-		Log:         log,
+		Network:      es.Network,
+		Subnet:       es.Subnet,
+		Upstreams:    es.Upstreams,
+		GatewayPort:  es.GatewayPort,
+		DefaultMode:  es.DefaultMode,
+		AllowPrivate: es.AllowPrivate,
+		Log:          log,
 	})
 	if err := c.Start(ctx); err != nil {
 		c.Close()

@@ -31,6 +31,9 @@ type Config struct {
 	GatewayPort int
 	// DefaultMode is the mode of a sandbox created without one.
 	DefaultMode string
+	// AllowPrivate are the private networks (IPv4 CIDRs) sandboxes may
+	// reach; every other address of PrivateRanges is dropped in all modes.
+	AllowPrivate []netip.Prefix
 	// MinTTL is the least time an answered address stays allowed; 30s if 0.
 	MinTTL time.Duration
 	// VerifyInterval is how often the rules are checked and restored (after
@@ -109,7 +112,7 @@ func New(drv driver.Networker, cfg Config) *Controller {
 		byAddr: map[netip.Addr]*sandboxState{},
 		byKey:  map[string]*sandboxState{},
 	}
-	c.dns = &resolver{src: c, upstreams: cfg.Upstreams, minTTL: cfg.MinTTL, log: log}
+	c.dns = &resolver{src: c, upstreams: cfg.Upstreams, minTTL: cfg.MinTTL, log: log, blocked: c.blockedAddr}
 	return c
 }
 
@@ -142,7 +145,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if c.cfg.GatewayPort > 0 {
 		ports = append(ports, c.cfg.GatewayPort)
 	}
-	c.fw = newFirewall(ipt, c.cfg.Network, c.cfg.Subnet, gw, ports)
+	c.fw = newFirewall(ipt, ipsetCmd{}, c.cfg.Network, c.cfg.Subnet, gw, ports, c.cfg.AllowPrivate)
 	// Without NFLOG (no nfnetlink_log, or every group taken) the drops are
 	// still counted, just not itemised; the API says which.
 	if nfl, err := openNflog(nflogGroups(c.cfg.Network, c.cfg.Subnet)); err != nil {
@@ -158,7 +161,8 @@ func (c *Controller) Start(ctx context.Context) error {
 		return fmt.Errorf("egress resolver: %w", err)
 	}
 	c.log.Info("egress ready", "network", c.cfg.Network, "subnet", c.cfg.Subnet, "gateway", gw,
-		"chain", c.fw.base, "upstreams", c.cfg.Upstreams, "defaultMode", c.cfg.DefaultMode, "nflogGroup", c.fw.logGroup)
+		"chain", c.fw.base, "upstreams", c.cfg.Upstreams, "defaultMode", c.cfg.DefaultMode, "nflogGroup", c.fw.logGroup,
+		"allowPrivate", c.cfg.AllowPrivate)
 	return nil
 }
 
@@ -169,6 +173,12 @@ func (c *Controller) Close() {
 	if c.nfl != nil {
 		_ = c.nfl.close()
 	}
+}
+
+// blockedAddr says whether the firewall drops a in every mode; the
+// firewall is there once Start made it.
+func (c *Controller) blockedAddr(a netip.Addr) bool {
+	return c.fw != nil && c.fw.blockedAddr(a)
 }
 
 // Gateway is the host's address on the egress network.
@@ -593,10 +603,11 @@ func Teardown(network string, subnet netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("egress teardown: %w", err)
 	}
-	f := newFirewall(ipt, network, subnet, netip.Addr{}, nil)
+	f := newFirewall(ipt, ipsetCmd{}, network, subnet, netip.Addr{}, nil, nil)
 	if ok, err := ipt.ChainExists(table, f.base); err != nil || !ok {
 		return err
 	}
+	defer f.destroySets()
 	var errs []error
 	if err := f.prune(nil); err != nil {
 		errs = append(errs, err)

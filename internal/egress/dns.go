@@ -48,6 +48,8 @@ type resolver struct {
 	upstreams []string
 	minTTL    time.Duration
 	log       *slog.Logger
+	// blocked says whether the firewall drops an address in every mode.
+	blocked func(netip.Addr) bool
 
 	mu      sync.Mutex
 	servers []*dns.Server
@@ -178,7 +180,10 @@ func (r *resolver) answer(remote net.Addr, netw string, q *dns.Msg) *dns.Msg {
 			switch rr := rr.(type) {
 			case *dns.A:
 				a, ok := netip.AddrFromSlice(rr.A.To4())
-				if !ok {
+				if !ok || r.blocked(a) {
+					// An allowed name that points into the host's
+					// networks (DNS rebinding) is neither learned nor
+					// passed on.
 					continue
 				}
 				ttl := max(time.Duration(rr.Hdr.Ttl)*time.Second, r.minTTL)

@@ -30,9 +30,11 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 	}
 	u := &fakeUpstream{addr: pc.LocalAddr().String(), asks: map[string]int{}}
 	records := map[string][]string{
-		"pkg.test.":         {"pkg.test. 5 IN A 198.18.2.10"},
-		"www.example.test.": {"www.example.test. 600 IN A 198.18.3.3", "www.example.test. 600 IN AAAA 2001:db8::3"},
-		"other.test.":       {"other.test. 60 IN A 198.18.9.9"},
+		"pkg.test.":         {"pkg.test. 5 IN A 203.0.113.10"},
+		"www.example.test.": {"www.example.test. 600 IN A 203.0.113.33", "www.example.test. 600 IN AAAA 2001:db8::3"},
+		"other.test.":       {"other.test. 60 IN A 203.0.113.99"},
+		// An allowed name that points into the host's networks.
+		"rebind.pkg.test.": {"rebind.pkg.test. 60 IN A 10.1.2.3", "rebind.pkg.test. 60 IN A 100.100.100.200", "rebind.pkg.test. 60 IN A 203.0.113.44"},
 	}
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
 		qq := q.Question[0]
@@ -144,24 +146,24 @@ func TestResolver(t *testing.T) {
 	n := c.drv.(*fakeNet)
 	n.addrs[idA] = netip.MustParseAddr("127.0.0.1")
 	n.addrs[idB] = netip.MustParseAddr("127.0.0.2")
-	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test", "*.example.test:443"}})
+	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test", "*.example.test:443", "rebind.pkg.test"}})
 	mustApply(t, c, idB, wire.EgressPolicy{Mode: wire.EgressOpen})
 	srv := serveResolver(t, c)
 	const a, b, stranger = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 
 	t.Run("allowlisted name is answered and its address allowed first", func(t *testing.T) {
 		resp := ask(t, srv, a, "PKG.test", dns.TypeA)
-		if resp.Rcode != dns.RcodeSuccess || !slices.Equal(answers(resp), []string{"198.18.2.10"}) {
-			t.Fatalf("got %s %v, want 198.18.2.10", dns.RcodeToString[resp.Rcode], answers(resp))
+		if resp.Rcode != dns.RcodeSuccess || !slices.Equal(answers(resp), []string{"203.0.113.10"}) {
+			t.Fatalf("got %s %v, want 203.0.113.10", dns.RcodeToString[resp.Rcode], answers(resp))
 		}
 		// The rule is in before the answer is out: no wait here.
-		if !hasRule(ipt, "198.18.2.10") {
+		if !hasRule(ipt, "203.0.113.10") {
 			t.Error("the answered address is not allowed in the sandbox's chain")
 		}
 		st := c.Status(idA, wire.EgressPolicy{})
-		i := slices.IndexFunc(st.Resolved, func(r wire.EgressResolved) bool { return r.Address == "198.18.2.10" })
+		i := slices.IndexFunc(st.Resolved, func(r wire.EgressResolved) bool { return r.Address == "203.0.113.10" })
 		if i < 0 || st.Resolved[i].Name != "pkg.test" {
-			t.Fatalf("resolved %+v, want pkg.test → 198.18.2.10", st.Resolved)
+			t.Fatalf("resolved %+v, want pkg.test → 203.0.113.10", st.Resolved)
 		}
 		// The upstream's 5s TTL is raised to the minimum of 30s.
 		if left := time.Until(st.Resolved[i].ExpiresAt); left < 20*time.Second {
@@ -170,8 +172,8 @@ func TestResolver(t *testing.T) {
 	})
 	t.Run("wildcard name with a port", func(t *testing.T) {
 		resp := ask(t, srv, a, "www.example.test", dns.TypeA)
-		if !slices.Equal(answers(resp), []string{"198.18.3.3"}) {
-			t.Fatalf("got %v, want 198.18.3.3", answers(resp))
+		if !slices.Equal(answers(resp), []string{"203.0.113.33"}) {
+			t.Fatalf("got %v, want 203.0.113.33", answers(resp))
 		}
 		ipt.mu.Lock()
 		var rules []string
@@ -182,12 +184,24 @@ func TestResolver(t *testing.T) {
 		}
 		ipt.mu.Unlock()
 		for _, r := range rules {
-			if strings.HasPrefix(r, "-d 198.18.3.3/32") && !strings.Contains(r, "--dport 443") {
+			if strings.HasPrefix(r, "-d 203.0.113.33/32") && !strings.Contains(r, "--dport 443") {
 				t.Errorf("rule %q allows more than port 443", r)
 			}
 		}
-		if !hasRule(ipt, "198.18.3.3") {
+		if !hasRule(ipt, "203.0.113.33") {
 			t.Error("the answered address is not allowed")
+		}
+	})
+	t.Run("an allowed name's private and metadata addresses are neither learned nor answered", func(t *testing.T) {
+		resp := ask(t, srv, a, "rebind.pkg.test", dns.TypeA)
+		if !slices.Equal(answers(resp), []string{"203.0.113.44"}) {
+			t.Errorf("got %v, want only the public 203.0.113.44", answers(resp))
+		}
+		if hasRule(ipt, "10.1.2.3") || hasRule(ipt, "100.100.100.200") {
+			t.Error("a blocked address was learned")
+		}
+		if !hasRule(ipt, "203.0.113.44") {
+			t.Error("the public address was not learned")
 		}
 	})
 	t.Run("AAAA of an allowlisted name is empty and not forwarded", func(t *testing.T) {
@@ -209,7 +223,7 @@ func TestResolver(t *testing.T) {
 				t.Errorf("%s: the upstream was asked %d times", name, n)
 			}
 		}
-		if hasRule(ipt, "198.18.9.9") {
+		if hasRule(ipt, "203.0.113.99") {
 			t.Error("a refused name's address is allowed")
 		}
 		st := c.Status(idA, wire.EgressPolicy{})
@@ -219,14 +233,14 @@ func TestResolver(t *testing.T) {
 	})
 	t.Run("open sandbox: forwarded, nothing learned", func(t *testing.T) {
 		resp := ask(t, srv, b, "other.test", dns.TypeA)
-		if !slices.Equal(answers(resp), []string{"198.18.9.9"}) {
-			t.Fatalf("got %v, want 198.18.9.9", answers(resp))
+		if !slices.Equal(answers(resp), []string{"203.0.113.99"}) {
+			t.Fatalf("got %v, want 203.0.113.99", answers(resp))
 		}
 		resp = ask(t, srv, b, "www.example.test", dns.TypeAAAA)
 		if !slices.Equal(answers(resp), []string{"2001:db8::3"}) {
 			t.Errorf("AAAA: got %v, want 2001:db8::3", answers(resp))
 		}
-		if hasRule(ipt, "198.18.9.9") {
+		if hasRule(ipt, "203.0.113.99") {
 			t.Error("an open sandbox's answer became a rule")
 		}
 	})

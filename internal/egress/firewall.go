@@ -27,10 +27,16 @@ import (
 //	  -j DROP                           an address of no known sandbox
 //	HCE-<sb>-<gen>:                     the sandbox's policy
 //	  established/related → RETURN; gateway DNS and LLM-gateway ports → ACCEPT;
-//	  the host's own addresses, link-local, the subnet (other sandboxes) → DROP;
+//	  the host's own addresses, broadcast and multicast, link-local, the
+//	  metadata set, the subnet (other sandboxes), the private set → DROP;
 //	  open: RETURN; allowlist: CIDR entries → RETURN, -g HCD-<sb>-<gen>
 //	HCD-<sb>-<gen>:                     addresses the resolver learned → RETURN
 //	  -j DROP                           last: not allowed
+//
+// The address lists of those drops are ipsets of the network, made with its
+// chain: HCN-<net>-m (metadata services) and HCN-<net>-p (private ranges
+// less the operator's egress_allow_private), so that they cost one rule
+// each in a sandbox's chain.
 //
 // With the denial log on, every DROP of HCE and HCD is preceded by a
 // rate-limited NFLOG rule with the same match (see logged and nflog.go).
@@ -90,6 +96,7 @@ func (r dynRule) specs() [][]string {
 // firewall owns the rules of one egress network.
 type firewall struct {
 	ipt     iptablesAPI
+	sets    ipsetAPI
 	base    string
 	subnet  netip.Prefix
 	gateway netip.Addr
@@ -99,16 +106,21 @@ type firewall struct {
 	// logGroup is the nfnetlink_log group the NFLOG rules in front of a
 	// sandbox's drops send to; 0 puts no NFLOG rules in.
 	logGroup uint16
+	// private are the private ranges dropped in every mode: PrivateRanges
+	// less the networks the operator allowed.
+	private []netip.Prefix
 
 	mu      sync.Mutex
 	current map[string]string // sandbox key → generation in force
 	addrs   map[string]netip.Addr
 }
 
-func newFirewall(ipt iptablesAPI, network string, subnet netip.Prefix, gateway netip.Addr, gatewayPorts []int) *firewall {
+func newFirewall(ipt iptablesAPI, sets ipsetAPI, network string, subnet netip.Prefix, gateway netip.Addr, gatewayPorts []int, allowPrivate []netip.Prefix) *firewall {
 	h := sha256.Sum256([]byte(network + "|" + subnet.String()))
 	return &firewall{
 		ipt:          ipt,
+		sets:         sets,
+		private:      blockedPrivate(allowPrivate),
 		base:         "HCN-" + hex.EncodeToString(h[:4]),
 		subnet:       subnet,
 		gateway:      gateway,
@@ -128,6 +140,37 @@ func sandboxKey(id string) string {
 	}
 	h := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(h[:6])
+}
+
+// metaSet and privSet name the network's sets of blocked addresses.
+func (f *firewall) metaSet() string { return f.base + "-m" }
+func (f *firewall) privSet() string { return f.base + "-p" }
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// ensureSets puts the current lists in the network's sets; a daemon
+// restarted with another egress_allow_private replaces the old list.
+func (f *firewall) ensureSets() error {
+	if err := f.sets.Replace(f.metaSet(), "hash:net", prefixStrings(MetadataAddrs)); err != nil {
+		return fmt.Errorf("metadata address set: %w", err)
+	}
+	if err := f.sets.Replace(f.privSet(), "hash:net", prefixStrings(f.private)); err != nil {
+		return fmt.Errorf("private range set: %w", err)
+	}
+	return nil
+}
+
+// destroySets removes the network's sets, once no rule refers to them.
+func (f *firewall) destroySets() {
+	for _, s := range []string{f.metaSet(), f.privSet()} {
+		_ = f.sets.Destroy(s)
+	}
 }
 
 func chainNames(key, gen string) (main, dyn string) {
@@ -157,6 +200,10 @@ var baseDrop = []string{"-m", "comment", "--comment", commentPrefix + "unknown s
 func (f *firewall) ensureBase() (changed bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// The sets first: the sandbox chains refer to them.
+	if err := f.ensureSets(); err != nil {
+		return false, err
+	}
 	ok, err := f.ipt.ChainExists(table, f.base)
 	if err != nil {
 		return false, fmt.Errorf("check chain %s: %w", f.base, err)
@@ -206,8 +253,15 @@ func (f *firewall) policyRules(id string, p Policy, dynChain string) [][]string 
 	}
 	key := sandboxKey(id)
 	rules = append(rules, f.logged(key, reasonHost, []string{"-m", "addrtype", "--dst-type", "LOCAL"}, "host")...)
+	// Broadcast and multicast reach the host's services on 0.0.0.0 (the
+	// first rule) and whatever listens on the LAN; 224/3 also holds the
+	// reserved 240/4 and 255.255.255.255.
+	rules = append(rules, f.logged(key, reasonBroadcast, []string{"-m", "addrtype", "--dst-type", "BROADCAST"}, "broadcast")...)
+	rules = append(rules, f.logged(key, reasonBroadcast, []string{"-d", multicastReserved.String()}, "multicast and reserved")...)
 	rules = append(rules, f.logged(key, reasonLinkLocal, []string{"-d", linkLocal}, "link-local")...)
+	rules = append(rules, f.logged(key, reasonMetadata, []string{"-m", "set", "--match-set", f.metaSet(), "dst"}, "metadata")...)
 	rules = append(rules, f.logged(key, reasonSandbox, []string{"-d", f.subnet.String()}, "other sandboxes")...)
+	rules = append(rules, f.logged(key, reasonPrivate, []string{"-m", "set", "--match-set", f.privSet(), "dst"}, "private range")...)
 	if p.Mode == wire.EgressOpen {
 		return append(rules, []string{"-j", "RETURN"})
 	}
@@ -231,8 +285,11 @@ func (f *firewall) policyRules(id string, p Policy, dynChain string) [][]string 
 // Reasons of a drop, in NFLOG prefixes and the denial log.
 const (
 	reasonHost       = "host"
+	reasonBroadcast  = "broadcast"
 	reasonLinkLocal  = "link-local"
+	reasonMetadata   = "metadata"
 	reasonSandbox    = "sandbox"
+	reasonPrivate    = "private"
 	reasonNotAllowed = "not-allowed"
 )
 

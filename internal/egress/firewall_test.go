@@ -32,13 +32,14 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/ w
 type fakeIPT struct {
 	mu     sync.Mutex
 	chains map[string][]string
+	sets   map[string][]string // ipset name → members, see fakeSets
 	calls  []string
 	// failAt makes the change whose log line starts with it fail, once.
 	failAt string
 }
 
 func newFakeIPT() *fakeIPT {
-	return &fakeIPT{chains: map[string][]string{chainForward: nil, chainInput: nil, "FORWARD": nil, "OUTPUT": nil}}
+	return &fakeIPT{chains: map[string][]string{chainForward: nil, chainInput: nil, "FORWARD": nil, "OUTPUT": nil}, sets: map[string][]string{}}
 }
 
 var errFake = errors.New("fake iptables: refused")
@@ -217,6 +218,98 @@ func (f *fakeIPT) StructuredStats(table, chain string) ([]iptables.Stat, error) 
 
 var _ iptablesAPI = (*fakeIPT)(nil)
 
+// fakeSets are the ipsets, kept with the fake table so that one log has
+// every change in order.
+type fakeSets struct{ f *fakeIPT }
+
+var _ ipsetAPI = fakeSets{}
+
+func (s fakeSets) Create(name, typ string, opts ...string) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if _, ok := s.f.sets[name]; ok {
+		return nil
+	}
+	if err := s.f.change("ipset create %s %s", name, strings.Join(append([]string{typ}, opts...), " ")); err != nil {
+		return err
+	}
+	s.f.sets[name] = []string{}
+	return nil
+}
+
+func (s fakeSets) Add(name, member string) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	m, ok := s.f.sets[name]
+	if !ok {
+		return fmt.Errorf("fake ipset: no set %s", name)
+	}
+	if slices.Contains(m, member) {
+		return nil
+	}
+	if err := s.f.change("ipset add %s %s", name, member); err != nil {
+		return err
+	}
+	s.f.sets[name] = append(m, member)
+	return nil
+}
+
+func (s fakeSets) Del(name, member string) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	m := s.f.sets[name]
+	i := slices.Index(m, member)
+	if i < 0 {
+		return nil
+	}
+	if err := s.f.change("ipset del %s %s", name, member); err != nil {
+		return err
+	}
+	s.f.sets[name] = slices.Delete(m, i, i+1)
+	return nil
+}
+
+func (s fakeSets) Replace(name, typ string, members []string, opts ...string) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if err := s.f.change("ipset replace %s %s: %s", name, strings.Join(append([]string{typ}, opts...), " "), strings.Join(members, " ")); err != nil {
+		return err
+	}
+	s.f.sets[name] = slices.Clone(members)
+	return nil
+}
+
+func (s fakeSets) Destroy(name string) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if _, ok := s.f.sets[name]; !ok {
+		return nil
+	}
+	for c, rules := range s.f.chains {
+		for _, r := range rules {
+			if slices.Contains(strings.Fields(r), name) {
+				return fmt.Errorf("fake ipset: set %s is referenced from %s", name, c)
+			}
+		}
+	}
+	if err := s.f.change("ipset destroy %s", name); err != nil {
+		return err
+	}
+	delete(s.f.sets, name)
+	return nil
+}
+
+func (s fakeSets) List() ([]string, error) {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	var out []string
+	for n := range s.f.sets {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // generation matches a sandbox chain's random generation suffix.
 var generation = regexp.MustCompile(`\b(HC[ED]-[a-z0-9]+)-([0-9a-f]{4})\b`)
 
@@ -241,6 +334,17 @@ func (f *fakeIPT) dump() string {
 		for _, r := range f.chains[c] {
 			fmt.Fprintf(&b, "-A %s %s\n", c, r)
 		}
+	}
+	var sets []string
+	for n := range f.sets {
+		sets = append(sets, n)
+	}
+	sort.Strings(sets)
+	if len(sets) > 0 {
+		b.WriteString("\n# sets\n")
+	}
+	for _, n := range sets {
+		fmt.Fprintf(&b, "%s: %s\n", n, strings.Join(f.sets[n], " "))
 	}
 	gens := map[string]string{}
 	return generation.ReplaceAllStringFunc(b.String(), func(s string) string {
@@ -319,7 +423,7 @@ func testController(t *testing.T, logGroup uint16) (*Controller, *fakeIPT) {
 	gw, _ := net.EnsureNetwork(t.Context(), "hc-test", testSubnet)
 	c.gateway = gw
 	ipt := newFakeIPT()
-	c.fw = newFirewall(ipt, "hc-test", testSubnet, gw, []int{8089})
+	c.fw = newFirewall(ipt, fakeSets{ipt}, "hc-test", testSubnet, gw, []int{8089}, nil)
 	c.fw.logGroup = logGroup
 	if _, err := c.fw.ensureBase(); err != nil {
 		t.Fatal(err)
@@ -391,13 +495,13 @@ func TestFirewallRules(t *testing.T) {
 	t.Run("allowlist", func(t *testing.T) {
 		c, ipt := testController(t, 7)
 		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{
-			"pkg.test", "*.example.test:443", "198.18.0.0/24", "198.18.1.5:8080", "2001:db8::/32",
+			"pkg.test", "*.example.test:443", "203.0.113.0/24", "198.51.100.5:8080", "2001:db8::/32",
 		}})
 		// The resolver learned two names; one address expires.
 		p, _ := ParsePolicy("egress", wire.EgressPolicy{Allow: []string{"pkg.test", "*.example.test:443"}}, wire.EgressOpen)
-		c.learn(t.Context(), idA, "pkg.test", p.MatchName("pkg.test"), []learnedAddr{{netip.MustParseAddr("198.18.2.10"), time.Minute}})
+		c.learn(t.Context(), idA, "pkg.test", p.MatchName("pkg.test"), []learnedAddr{{netip.MustParseAddr("203.0.113.10"), time.Minute}})
 		c.learn(t.Context(), idA, "www.example.test", p.MatchName("www.example.test"), []learnedAddr{
-			{netip.MustParseAddr("198.18.3.3"), time.Minute}, {netip.MustParseAddr("198.18.3.4"), time.Second},
+			{netip.MustParseAddr("203.0.113.33"), time.Minute}, {netip.MustParseAddr("203.0.113.34"), time.Second},
 		})
 		c.expire(time.Now().Add(30 * time.Second))
 		checkInvariants(t, c, ipt)
@@ -407,7 +511,7 @@ func TestFirewallRules(t *testing.T) {
 		// A policy change builds the new chains, puts their jump above the
 		// old one, and only then removes the old ones.
 		c, ipt := testController(t, 0)
-		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"198.18.0.0/24"}})
+		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"203.0.113.0/24"}})
 		mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressOpen})
 		checkInvariants(t, c, ipt)
 		golden(t, "firewall-replace.golden", ipt.dump())
@@ -431,7 +535,7 @@ func TestFirewallFailureKeepsOldRules(t *testing.T) {
 	for _, failAt := range []string{"-N HCE-", "-A HCD-", "-A HCE-", "-I "} {
 		t.Run(failAt, func(t *testing.T) {
 			c, ipt := testController(t, 7)
-			mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"198.18.0.0/24"}})
+			mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"203.0.113.0/24"}})
 			before := tableOf(ipt)
 			ipt.mu.Lock()
 			ipt.failAt = failAt

@@ -14,7 +14,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -28,12 +30,16 @@ import (
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
-// The egress tests' "internet" is a network namespace the test makes, with
-// addresses in 198.18.X.0/24 (the benchmarking range) and 169.254.169.254
-// on a veth routed from the host; a TCP server in it answers "hello from
-// ADDR" on port 80 of each address and logs UDP datagrams to port 53 of
-// the third. Every packet a sandbox sends in these tests either is dropped
-// or reaches that namespace.
+// The egress tests' "internet" is a network namespace the test makes, on a
+// veth routed from the host. Its public hosts have documentation addresses
+// (a /28 of 203.0.113.0/24 or 198.51.100.0/24, which hotcell lets open
+// sandboxes reach); it also holds addresses hotcell blocks in every mode,
+// each routed from the host to the namespace by a /32 or /24 route the test
+// adds: the metadata addresses 169.254.169.254, 100.100.100.200 and
+// 168.63.129.16, and a private (benchmarking range) 198.18.X.10. A TCP
+// server in it answers "hello from ADDR" on port 80 of each address and
+// logs UDP datagrams to port 53 of the resolver host. Every packet a
+// sandbox sends in these tests either is dropped or reaches that namespace.
 
 const (
 	envInetServer = "HOTCELL_E2E_INET_SERVER"
@@ -88,13 +94,21 @@ func init() {
 }
 
 type internet struct {
-	prefix   netip.Prefix // 198.18.X.0/24
-	allowed  netip.Addr   // .10, allowed.test
-	other    netip.Addr   // .11, other.test
-	resolver netip.Addr   // .12, a foreign "DNS server"
+	prefix   netip.Prefix // a /28 of documentation addresses
+	allowed  netip.Addr   // .2 of it, allowed.test
+	other    netip.Addr   // .3, other.test
+	resolver netip.Addr   // .4, a foreign "DNS server"
 	metadata netip.Addr   // 169.254.169.254
-	udpLog   string
+	// metadataOther are the metadata addresses outside link-local.
+	metadataOther []netip.Addr
+	private       netip.Addr // 198.18.X.10
+	udpLog        string
 }
+
+// metadataRoutes are addresses outside the namespace's /28 that the host
+// routes to it; only one test internet at a time can own them (see
+// lockInternet).
+var metadataRoutes = []string{"169.254.169.254", "100.100.100.200", "168.63.129.16"}
 
 func randHex(n int) string {
 	b := make([]byte, n)
@@ -116,15 +130,24 @@ func newInternet(t *testing.T) *internet {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatal("egress tests need ip (iproute2)")
 	}
+	// The metadata routes are host-wide: test internets of parallel test
+	// binaries (several go test runs at once) take turns.
+	lockInternet(t)
 	id := randHex(3)
-	var x [1]byte
+	var x [2]byte
 	_, _ = rand.Read(x[:])
-	pfx := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, x[0], 0}), 24)
+	bases := [][3]byte{{203, 0, 113}, {198, 51, 100}}
+	b := bases[x[0]%2]
+	pfx := netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], b[2], x[1] & 0xf0}), 28)
 	hostIP := pfx.Addr().Next()
 	in := &internet{prefix: pfx, metadata: netip.MustParseAddr("169.254.169.254"), udpLog: t.TempDir() + "/udp.log"}
-	in.allowed = netip.AddrFrom4([4]byte{198, 18, x[0], 10})
+	in.allowed = hostIP.Next()
 	in.other = in.allowed.Next()
 	in.resolver = in.other.Next()
+	in.private = netip.AddrFrom4([4]byte{198, 18, x[1], 10})
+	for _, a := range metadataRoutes[1:] {
+		in.metadataOther = append(in.metadataOther, netip.MustParseAddr(a))
+	}
 	ns, vh, vp := "hce2e-"+id, "hce"+id, "hcp"+id
 
 	sh(t, "ip", "netns", "add", ns)
@@ -132,22 +155,27 @@ func newInternet(t *testing.T) *internet {
 	sh(t, "ip", "link", "add", vh, "type", "veth", "peer", "name", vp)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", vh).Run() })
 	sh(t, "ip", "link", "set", vp, "netns", ns)
-	sh(t, "ip", "addr", "add", netip.PrefixFrom(hostIP, 24).String(), "dev", vh)
+	sh(t, "ip", "addr", "add", netip.PrefixFrom(hostIP, pfx.Bits()).String(), "dev", vh)
 	sh(t, "ip", "link", "set", vh, "up")
 	for _, a := range []netip.Addr{in.allowed, in.other, in.resolver} {
-		sh(t, "ip", "netns", "exec", ns, "ip", "addr", "add", netip.PrefixFrom(a, 24).String(), "dev", vp)
+		sh(t, "ip", "netns", "exec", ns, "ip", "addr", "add", netip.PrefixFrom(a, pfx.Bits()).String(), "dev", vp)
 	}
-	sh(t, "ip", "netns", "exec", ns, "ip", "addr", "add", "169.254.169.254/32", "dev", vp)
+	for _, a := range append(slices.Clone(metadataRoutes), in.private.String()) {
+		sh(t, "ip", "netns", "exec", ns, "ip", "addr", "add", a+"/32", "dev", vp)
+	}
 	sh(t, "ip", "netns", "exec", ns, "ip", "link", "set", vp, "up")
 	sh(t, "ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
 	sh(t, "ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", hostIP.String())
-	// The test owns the metadata address: a packet that got past the
-	// rules would reach this namespace, not a real metadata service.
-	sh(t, "ip", "route", "add", "169.254.169.254/32", "dev", vh)
-	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", "169.254.169.254/32", "dev", vh).Run() })
+	// The test owns these addresses: a packet that got past the rules
+	// would reach this namespace, not a real metadata service or LAN host.
+	// replace, not add: a route a killed run left behind is taken over.
+	for _, a := range append(slices.Clone(metadataRoutes), in.private.String()) {
+		sh(t, "ip", "route", "replace", a+"/32", "dev", vh)
+		t.Cleanup(func() { _ = exec.Command("ip", "route", "del", a+"/32", "dev", vh).Run() })
+	}
 
 	var tcp []string
-	for _, a := range []netip.Addr{in.allowed, in.other, in.resolver, in.metadata} {
+	for _, a := range append([]netip.Addr{in.allowed, in.other, in.resolver, in.metadata, in.private}, in.metadataOther...) {
 		tcp = append(tcp, netip.AddrPortFrom(a, 80).String())
 	}
 	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0])
@@ -158,17 +186,37 @@ func newInternet(t *testing.T) *internet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if got, err := hostDial(netip.AddrPortFrom(in.metadata, 80).String()); err == nil && strings.Contains(got, "hello") {
-			break
+	// Every address answers from the namespace before any sandbox is let
+	// near it: a route that went wrong fails here, not out on a network.
+	for _, a := range append([]netip.Addr{in.allowed, in.metadata, in.private}, in.metadataOther...) {
+		deadline := time.Now().Add(10 * time.Second)
+		want := "hello from " + netip.AddrPortFrom(a, 80).String()
+		for {
+			if got, err := hostDial(netip.AddrPortFrom(a, 80).String()); err == nil && strings.Contains(got, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the test internet does not answer on %s", a)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the test internet's server did not come up")
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	return in
+}
+
+// lockInternet holds a host-wide lock until t ends: flock, so that a
+// killed test binary releases it.
+func lockInternet(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "hotcell-e2e-internet.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("lock the test internet: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
 }
 
 func hostDial(addr string) (string, error) {
