@@ -2,6 +2,10 @@
 // the unix socket in one sandbox's run dir, accepts the agent's connection,
 // multiplexes it with yamux and sends HTTP requests to the agent, one stream
 // each. It owns one sandbox's session at a time.
+//
+// The channel is a trust boundary: sandbox code runs as root and can dial
+// the socket and play agent. So every answer read here is capped to what it
+// needs, and all decodes of one sandbox's answers share a budget.
 package agentconn
 
 import (
@@ -19,14 +23,32 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
-// maxJSON bounds any JSON document decoded from an agent: whatever comes out
-// of a sandbox is untrusted.
-const maxJSON = 64 << 20
+// Caps on what is read from an agent, each sized to the answer it bounds:
+// whatever comes out of a sandbox is untrusted.
+const (
+	// maxHealth bounds the health check's answer (a version and two numbers).
+	maxHealth = 4 << 10
+	// maxJSON bounds a DoJSON answer: disk usage and other small documents.
+	maxJSON = 64 << 10
+	// maxErrorBody bounds an error document read through Do.
+	maxErrorBody = 16 << 10
+	// maxProcessList and maxProcesses bound a process list: its bytes, and
+	// the entries it may have.
+	maxProcessList = 2 << 20
+	maxProcesses   = 4096
+	// decodeBudget is what all decodes of one sandbox's answers may hold at
+	// once: each reserves its cap before it reads.
+	decodeBudget = 4 << 20
+	// maxHeaderBytes bounds an answer's status line and headers
+	// (net/http's default is 10 MB).
+	maxHeaderBytes = 16 << 10
+)
 
 // Conn is the daemon's connection to one sandbox's agent. The agent may come
 // and go (restart, container stop); requests wait for it up to their context.
@@ -44,6 +66,8 @@ type Conn struct {
 	transport *http.Transport
 	client    *http.Client
 	done      chan struct{}
+	// budget is shared by all decodes of this sandbox's answers.
+	budget *semaphore.Weighted
 	// adopting ends the health checks of connections being adopted when
 	// the Conn closes; adopts counts their goroutines, which Close waits
 	// for.
@@ -74,6 +98,7 @@ func Listen(id, path string, log *slog.Logger) (*Conn, error) {
 		log:     log.With("sandbox", id),
 		readyCh: make(chan struct{}),
 		done:    make(chan struct{}),
+		budget:  semaphore.NewWeighted(decodeBudget),
 	}
 	c.adopting, c.stop = context.WithCancel(context.Background())
 	c.transport = &http.Transport{
@@ -83,9 +108,10 @@ func Listen(id, path string, log *slog.Logger) (*Conn, error) {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 		// Responses are streamed; the agent answers headers promptly.
-		ResponseHeaderTimeout: 0,
-		WriteBufferSize:       64 << 10,
-		ReadBufferSize:        64 << 10,
+		ResponseHeaderTimeout:  0,
+		WriteBufferSize:        64 << 10,
+		ReadBufferSize:         64 << 10,
+		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
 	c.client = &http.Client{Transport: c.transport}
 	go c.acceptLoop()
@@ -176,8 +202,9 @@ func (c *Conn) adopt(nc net.Conn) {
 // healthOn asks the agent on sess for its health, on a stream of its own.
 func healthOn(ctx context.Context, sess *yamux.Session) (wire.AgentHealth, error) {
 	tr := &http.Transport{
-		DialContext:       func(context.Context, string, string) (net.Conn, error) { return sess.Open() },
-		DisableKeepAlives: true,
+		DialContext:            func(context.Context, string, string) (net.Conn, error) { return sess.Open() },
+		DisableKeepAlives:      true,
+		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
 	defer tr.CloseIdleConnections()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/health", nil)
@@ -186,9 +213,12 @@ func healthOn(ctx context.Context, sess *yamux.Session) (wire.AgentHealth, error
 		return wire.AgentHealth{}, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return wire.AgentHealth{}, fmt.Errorf("health check answered HTTP %d", resp.StatusCode)
+	}
 	var h wire.AgentHealth
-	if err := decode(resp, &h); err != nil {
-		return wire.AgentHealth{}, err
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxHealth)).Decode(&h); err != nil {
+		return wire.AgentHealth{}, fmt.Errorf("decode health: %w", err)
 	}
 	return h, nil
 }
@@ -240,7 +270,21 @@ func (c *Conn) openStream(ctx context.Context) (net.Conn, error) {
 
 // Do sends req to the agent. req.URL's path and query are used as they are;
 // the host is ignored. A transport failure wraps errdefs.ErrUnavailable.
+// A 2xx answer's body is the agent's stream as it comes; any other body is
+// an error document, capped at maxErrorBody and read under the sandbox's
+// decode budget.
 func (c *Conn) Do(req *http.Request) (*http.Response, error) {
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		resp.Body = &errorBody{ctx: req.Context(), c: c, rc: resp.Body, r: io.LimitReader(resp.Body, maxErrorBody)}
+	}
+	return resp, nil
+}
+
+func (c *Conn) do(req *http.Request) (*http.Response, error) {
 	req.URL.Scheme = "http"
 	req.URL.Host = "agent"
 	resp, err := c.client.Do(req)
@@ -279,21 +323,147 @@ func (c *Conn) DoJSON(ctx context.Context, method, pathAndQuery string, in, out 
 		return err
 	}
 	defer resp.Body.Close()
-	return decode(resp, out)
-}
-
-func decode(resp *http.Response, out any) error {
 	if resp.StatusCode/100 != 2 {
 		return errdefs.Read(resp)
 	}
 	if out == nil {
+		// Read what is small, so the stream can carry the next request;
+		// reading allocates nothing.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxJSON))
 		return nil
 	}
+	release, err := c.reserve(ctx, maxJSON)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxJSON)).Decode(out); err != nil {
 		return fmt.Errorf("decode agent answer: %w", err)
 	}
 	return nil
+}
+
+// Processes lists the agent's processes, calling fn with each until it
+// returns false. The list is decoded as it streams: one entry in memory at
+// a time, at most maxProcesses of them in maxProcessList bytes.
+func (c *Conn) Processes(ctx context.Context, fn func(wire.Process) bool) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/processes", nil)
+	if err != nil {
+		return fmt.Errorf("build agent request: %w", err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return errdefs.Read(resp)
+	}
+	release, err := c.reserve(ctx, maxProcessList)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := decodeProcesses(io.LimitReader(resp.Body, maxProcessList), fn); err != nil {
+		return fmt.Errorf("decode agent process list: %w", err)
+	}
+	return nil
+}
+
+// decodeProcesses walks {"processes":[...]} (other members are skipped).
+func decodeProcesses(r io.Reader, fn func(wire.Process) bool) error {
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return err
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if key != "processes" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := expectDelim(dec, '['); err != nil {
+			return err
+		}
+		for n := 0; dec.More(); n++ {
+			if n == maxProcesses {
+				return fmt.Errorf("more than %d processes", maxProcesses)
+			}
+			var p wire.Process
+			if err := dec.Decode(&p); err != nil {
+				return err
+			}
+			if !fn(p) {
+				return nil
+			}
+		}
+		if err := expectDelim(dec, ']'); err != nil {
+			return err
+		}
+	}
+	return expectDelim(dec, '}')
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("got %v, want %v", tok, want)
+	}
+	return nil
+}
+
+// reserve takes n bytes of the sandbox's decode budget until release, so
+// that its concurrent calls together hold at most decodeBudget.
+func (c *Conn) reserve(ctx context.Context, n int64) (release func(), err error) {
+	if err := c.budget.Acquire(ctx, n); err != nil {
+		return nil, fmt.Errorf("wait for the decode budget of sandbox %s: %w", c.id, errors.Join(errdefs.ErrUnavailable, err))
+	}
+	var once sync.Once
+	return func() { once.Do(func() { c.budget.Release(n) }) }, nil
+}
+
+// errorBody is the body of an answer that is not 2xx: at most maxErrorBody
+// bytes of it, read under the decode budget, which is taken at the first
+// read and given back at Close.
+type errorBody struct {
+	ctx     context.Context // the request's; only for waiting on the budget
+	c       *Conn
+	rc      io.ReadCloser
+	r       io.Reader
+	release func()
+	err     error
+}
+
+func (b *errorBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.release == nil {
+		release, err := b.c.reserve(b.ctx, maxErrorBody)
+		if err != nil {
+			b.err = err
+			return 0, err
+		}
+		b.release = release
+	}
+	return b.r.Read(p)
+}
+
+func (b *errorBody) Close() error {
+	err := b.rc.Close()
+	if b.release != nil {
+		b.release()
+	}
+	return err
 }
 
 // Health returns what the agent said when it last connected.

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/store"
@@ -216,15 +215,14 @@ func (m *Manager) keepAliveRunning(ctx context.Context, id string) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var list wire.ProcessList
-	if err := conn.DoJSON(ctx, http.MethodGet, "/v1/processes", nil, &list); err != nil {
+	running := false
+	err = conn.Processes(ctx, func(p wire.Process) bool {
+		running = p.KeepAlive && p.State == wire.ProcessRunning
+		return !running
+	})
+	if err != nil {
 		m.log.Debug("reaper: list keepAlive processes", "sandbox", id, "err", err)
 		return false
 	}
-	for _, p := range list.Processes {
-		if p.KeepAlive && p.State == wire.ProcessRunning {
-			return true
-		}
-	}
-	return false
+	return running
 }

@@ -38,7 +38,9 @@ func runSetup(ctx context.Context, conn *agentconn.Conn, command string, timeout
 	res := wire.SetupResult{Command: command}
 	var tail []byte
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	// An event carries at most 32 KiB of output (the agent's read size),
+	// under 200 KiB as JSON; a longer line is not the agent's.
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		var ev wire.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {

@@ -1,0 +1,213 @@
+package agentconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/agentconn/agentconntest"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// hostileAgent connects a healthy agent that serves mux and returns its
+// session's end; written counts the bytes its endless answers got out.
+func hostileAgent(t *testing.T, c *Conn, mux *http.ServeMux) *fakeAgent {
+	t.Helper()
+	daemonEnd, agentEnd := net.Pipe()
+	a := &fakeAgent{sess: agentconntest.Serve(t, agentEnd, agentconntest.Healthy(wire.AgentHealth{Version: "hostile", PID: 7}, mux))}
+	adopted := make(chan struct{})
+	go func() {
+		defer close(adopted)
+		c.adopt(daemonEnd)
+	}()
+	t.Cleanup(func() {
+		a.sess.Close() // adopt returns when the session ends
+		<-adopted
+	})
+	waitHealth(t, c, 7)
+	return a
+}
+
+// endless writes chunk until the reader goes away, counting in n.
+func endless(n *atomic.Int64, prefix string) http.HandlerFunc {
+	chunk := []byte(strings.Repeat("x", 32<<10))
+	return func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, prefix)
+		for {
+			k, err := w.Write(chunk)
+			n.Add(int64(k))
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// TestCappedAnswers: every answer the daemon decodes is read only up to its
+// cap, so an agent answering with a never-ending body gets an error back
+// after little of it was read (the rest of what it sent is what the
+// stream's window and buffers hold), not a daemon that reads on.
+func TestCappedAnswers(t *testing.T) {
+	t.Parallel()
+	// What the agent got out beyond a cap: the yamux window (4 MiB) and
+	// the transport's buffers. Without a cap it would be unbounded.
+	const slack = 8 << 20
+	tests := []struct {
+		name  string
+		serve func(n *atomic.Int64) http.HandlerFunc
+		call  func(ctx context.Context, c *Conn) error
+		want  string
+	}{{
+		name:  "small document",
+		serve: func(n *atomic.Int64) http.HandlerFunc { return endless(n, `{"path":"`) },
+		call: func(ctx context.Context, c *Conn) error {
+			var u wire.DiskUsage
+			return c.DoJSON(ctx, http.MethodGet, "/v1/stats/disk", nil, &u)
+		},
+		want: "decode agent answer",
+	}, {
+		name:  "process list entry",
+		serve: func(n *atomic.Int64) http.HandlerFunc { return endless(n, `{"processes":[{"command":"`) },
+		call: func(ctx context.Context, c *Conn) error {
+			return c.Processes(ctx, func(wire.Process) bool { return true })
+		},
+		want: "decode agent process list",
+	}, {
+		name: "process list entries",
+		serve: func(n *atomic.Int64) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, `{"processes":[{"id":"0"}`)
+				for i := 1; ; i++ {
+					k, err := fmt.Fprintf(w, `,{"id":"%d"}`, i)
+					n.Add(int64(k))
+					if err != nil {
+						return
+					}
+				}
+			}
+		},
+		call: func(ctx context.Context, c *Conn) error {
+			return c.Processes(ctx, func(wire.Process) bool { return true })
+		},
+		want: fmt.Sprintf("more than %d processes", maxProcesses),
+	}, {
+		name: "error document",
+		serve: func(n *atomic.Int64) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusTeapot)
+				endless(n, `{"error":{"code":"x","message":"`)(w, r)
+			}
+		},
+		call: func(ctx context.Context, c *Conn) error {
+			var u wire.DiskUsage
+			err := c.DoJSON(ctx, http.MethodGet, "/v1/stats/disk", nil, &u)
+			var re *errdefs.RemoteError
+			if !errors.As(err, &re) || len(re.Message) > maxErrorBody+100 {
+				return fmt.Errorf("got %T %.200v, want a RemoteError of at most %d bytes", err, err, maxErrorBody)
+			}
+			return errors.New("remote error")
+		},
+		want: "remote error",
+	}, {
+		name: "headers",
+		serve: func(n *atomic.Int64) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				c, buf, err := w.(http.Hijacker).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				buf.WriteString("HTTP/1.1 200 OK\r\n")
+				for i := 0; ; i++ {
+					k, err := fmt.Fprintf(buf, "X-H%d: %s\r\n", i, strings.Repeat("h", 1000))
+					n.Add(int64(k))
+					if err != nil {
+						return
+					}
+				}
+			}
+		},
+		call: func(ctx context.Context, c *Conn) error {
+			var u wire.DiskUsage
+			return c.DoJSON(ctx, http.MethodGet, "/v1/stats/disk", nil, &u)
+		},
+		want: "header",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newConn(t)
+			var n atomic.Int64
+			mux := http.NewServeMux()
+			mux.HandleFunc("/", tt.serve(&n))
+			hostileAgent(t, c, mux)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			err := tt.call(ctx, c)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %.300v, want an error with %q", err, tt.want)
+			}
+			if got := n.Load(); got > slack {
+				t.Errorf("the agent got %d bytes out, want at most %d: the daemon read past the cap", got, slack)
+			}
+		})
+	}
+}
+
+// TestProcessesStreamed: the process list is decoded one entry at a time,
+// and the caller can stop early.
+func TestProcessesStreamed(t *testing.T) {
+	t.Parallel()
+	c := newConn(t)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/processes", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"other":[1,2,{"x":"y"}],"processes":[{"id":"a","state":"running"},{"id":"b","keepAlive":true,"state":"running"},{"id":"c"}]}`)
+	})
+	hostileAgent(t, c, mux)
+	var got []string
+	if err := c.Processes(t.Context(), func(p wire.Process) bool { got = append(got, p.ID); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "a,b,c" {
+		t.Errorf("got %v, want [a b c]", got)
+	}
+	got = nil
+	if err := c.Processes(t.Context(), func(p wire.Process) bool { got = append(got, p.ID); return !p.KeepAlive }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "a,b" {
+		t.Errorf("stopping at b: got %v, want [a b]", got)
+	}
+}
+
+// TestDecodeBudget: one sandbox's decodes share a budget; a call that
+// cannot get its share waits, up to its context, instead of allocating.
+func TestDecodeBudget(t *testing.T) {
+	t.Parallel()
+	c := newConn(t)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"bytes":1}`) })
+	hostileAgent(t, c, mux)
+	release, err := c.reserve(t.Context(), decodeBudget-maxJSON+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	var u wire.DiskUsage
+	if err := c.DoJSON(ctx, http.MethodGet, "/v1/stats/disk", nil, &u); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "decode budget") {
+		t.Errorf("with the budget taken: got %v, want a decode budget error", err)
+	}
+	release()
+	if err := c.DoJSON(t.Context(), http.MethodGet, "/v1/stats/disk", nil, &u); err != nil || u.Bytes != 1 {
+		t.Errorf("with the budget back: got %+v %v, want bytes 1", u, err)
+	}
+}
