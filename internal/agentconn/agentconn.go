@@ -4,7 +4,9 @@
 // each. It owns one sandbox's session at a time.
 //
 // The channel is a trust boundary: sandbox code runs as root and can dial
-// the socket and play agent. So every answer read here is capped to what it
+// the socket and play agent. So one connection at a time may be in its
+// handshake and one session may be live (others are closed at once), the
+// agent cannot open streams, every answer read here is capped to what it
 // needs, and all decodes of one sandbox's answers share a budget.
 package agentconn
 
@@ -20,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -48,6 +51,9 @@ const (
 	// maxHeaderBytes bounds an answer's status line and headers
 	// (net/http's default is 10 MB).
 	maxHeaderBytes = 16 << 10
+	// handshakeTimeout bounds a new connection's handshake: the health
+	// check and every read and write on the connection until it is adopted.
+	handshakeTimeout = 5 * time.Second
 )
 
 // Conn is the daemon's connection to one sandbox's agent. The agent may come
@@ -66,8 +72,15 @@ type Conn struct {
 	transport *http.Transport
 	client    *http.Client
 	done      chan struct{}
+	// pending is set while a connection is in its handshake; others that
+	// come meanwhile are closed at once.
+	pending atomic.Bool
+	// refused counts connections closed at once or cut by the guard.
+	refused atomic.Int64
 	// budget is shared by all decodes of this sandbox's answers.
 	budget *semaphore.Weighted
+	// handshakeTimeout is the const; tests shorten it.
+	handshakeTimeout time.Duration
 	// adopting ends the health checks of connections being adopted when
 	// the Conn closes; adopts counts their goroutines, which Close waits
 	// for.
@@ -79,6 +92,10 @@ type Conn struct {
 // Listen removes a stale socket at path, listens on it and starts accepting
 // agent connections in the background until Close.
 func Listen(id, path string, log *slog.Logger) (*Conn, error) {
+	return listen(id, path, log, handshakeTimeout)
+}
+
+func listen(id, path string, log *slog.Logger, handshake time.Duration) (*Conn, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale agent socket: %w", err)
 	}
@@ -99,6 +116,8 @@ func Listen(id, path string, log *slog.Logger) (*Conn, error) {
 		readyCh: make(chan struct{}),
 		done:    make(chan struct{}),
 		budget:  semaphore.NewWeighted(decodeBudget),
+
+		handshakeTimeout: handshake,
 	}
 	c.adopting, c.stop = context.WithCancel(context.Background())
 	c.transport = &http.Transport{
@@ -126,7 +145,18 @@ func yamuxConfig() *yamux.Config {
 	// A larger window lets one stream move hundreds of MB/s over the socket.
 	cfg.MaxStreamWindowSize = 4 << 20
 	cfg.StreamOpenTimeout = 10 * time.Second
+	// The agent never opens streams (guard cuts a connection that does);
+	// the backlog also bounds the daemon's own unanswered opens.
+	cfg.AcceptBacklog = 16
+	// A stream the daemon closed is forgotten soon even if the agent never
+	// closes its end: until then, what the agent sends into it is buffered.
+	cfg.StreamCloseTimeout = 5 * time.Second
 	return cfg
+}
+
+// logf logs a line caused by the sandbox.
+func (c *Conn) logf(level slog.Level, msg string, args ...any) {
+	c.log.Log(context.Background(), level, msg, args...)
 }
 
 func (c *Conn) acceptLoop() {
@@ -137,35 +167,54 @@ func (c *Conn) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			c.log.Warn("accept agent connection", "err", err)
+			c.logf(slog.LevelWarn, "accept agent connection", "err", err)
 			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		// One handshake at a time: a flood of connections costs a close
+		// each, not a session and goroutines each.
+		if !c.pending.CompareAndSwap(false, true) {
+			c.refused.Add(1)
+			nc.Close()
+			c.logf(slog.LevelWarn, "agent connection refused: another one is in its handshake")
 			continue
 		}
 		c.adopts.Add(1)
 		go func() {
 			defer c.adopts.Done()
-			c.adopt(nc)
+			c.adopt(nc, func() { c.pending.Store(false) })
 		}()
 	}
 }
 
 // adopt turns a new connection into the current session once the agent on
-// it answers a health check. The latest healthy connection wins: an agent
-// that restarted replaces its dead predecessor.
-func (c *Conn) adopt(nc net.Conn) {
-	sess, err := yamux.Client(nc, yamuxConfig())
+// it answers a health check, and calls handshakeDone when that is decided.
+// The latest healthy connection wins: an agent that restarted replaces its
+// dead predecessor. Only one session is live: the one replaced is closed.
+func (c *Conn) adopt(nc net.Conn, handshakeDone func()) {
+	// Every read and write of the handshake has a deadline, so a peer
+	// that trickles (or sends nothing) frees the slot in time.
+	_ = nc.SetDeadline(time.Now().Add(c.handshakeTimeout))
+	g := newGuard(nc)
+	sess, err := yamux.Client(g, yamuxConfig())
 	if err != nil {
+		handshakeDone()
 		nc.Close()
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.adopting, 10*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(c.adopting, c.handshakeTimeout)
 	h, err := healthOn(ctx, sess)
+	cancel()
+	if err == nil {
+		err = nc.SetDeadline(time.Time{})
+	}
+	handshakeDone()
 	if err != nil {
-		if c.adopting.Err() == nil {
-			c.log.Warn("agent connection failed its health check", "err", err)
-		}
 		sess.Close()
+		if c.adopting.Err() == nil {
+			c.refused.Add(1)
+			c.logf(slog.LevelWarn, "agent connection failed its health check", "err", err)
+		}
 		return
 	}
 	c.mu.Lock()
@@ -196,6 +245,11 @@ func (c *Conn) adopt(nc net.Conn) {
 		c.readyCh = make(chan struct{})
 	}
 	c.mu.Unlock()
+	if g.err != nil {
+		c.refused.Add(1)
+		c.logf(slog.LevelWarn, "agent session cut", "err", g.err)
+		return
+	}
 	c.log.Debug("agent session ended")
 }
 
@@ -498,6 +552,10 @@ func (c *Conn) Close() error {
 	c.transport.CloseIdleConnections()
 	return err
 }
+
+// Refused returns how many connections were closed at once (another was in
+// its handshake), failed their handshake, or were cut by the guard.
+func (c *Conn) Refused() int64 { return c.refused.Load() }
 
 // Transport returns the round tripper that carries requests to the agent,
 // for reverse proxies (WebSocket upgrades included). Requests must use host

@@ -74,9 +74,14 @@ func connect(t *testing.T, c *Conn, name string, pid int, healthy bool) (*fakeAg
 	adopted := make(chan struct{})
 	go func() {
 		defer close(adopted)
-		c.adopt(daemonEnd)
+		c.adopt(daemonEnd, func() {})
 	}()
-	t.Cleanup(func() { <-adopted })
+	// adopt returns only when the session ends: end it from the agent's
+	// side first (cleanups run last first, the Conn's Close after this).
+	t.Cleanup(func() {
+		a.sess.Close()
+		<-adopted
+	})
 	return a, adopted
 }
 

@@ -2,11 +2,16 @@ package agentconn
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,7 +31,7 @@ func hostileAgent(t *testing.T, c *Conn, mux *http.ServeMux) *fakeAgent {
 	adopted := make(chan struct{})
 	go func() {
 		defer close(adopted)
-		c.adopt(daemonEnd)
+		c.adopt(daemonEnd, func() {})
 	}()
 	t.Cleanup(func() {
 		a.sess.Close() // adopt returns when the session ends
@@ -209,5 +214,160 @@ func TestDecodeBudget(t *testing.T) {
 	release()
 	if err := c.DoJSON(t.Context(), http.MethodGet, "/v1/stats/disk", nil, &u); err != nil || u.Bytes != 1 {
 		t.Errorf("with the budget back: got %+v %v, want bytes 1", u, err)
+	}
+}
+
+// listenShort is newConn with a short handshake timeout, listening on a
+// real socket that the test dials.
+func listenShort(t *testing.T, timeout time.Duration) (*Conn, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hc-ac-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "a.sock")
+	c, err := listen("sb-"+t.Name(), path, slog.New(slog.DiscardHandler), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, path
+}
+
+// TestOneHandshake: while one connection is in its handshake, others are
+// closed at once; a connection that says nothing is dropped when its
+// handshake times out, and the agent that comes next is adopted. Nothing
+// is left running for the refused ones.
+func TestOneHandshake(t *testing.T) {
+	c, path := listenShort(t, 500*time.Millisecond)
+	before := runtime.NumGoroutine()
+
+	slow, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	for deadline := time.Now().Add(5 * time.Second); !c.pending.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first connection never started its handshake")
+		}
+	}
+	const flood = 200
+	for i := range flood {
+		nc, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := nc.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("connection %d while one is in its handshake: got %v, want it closed at once (EOF)", i, err)
+		}
+		nc.Close()
+	}
+	if got := c.Refused(); got < flood {
+		t.Errorf("refused: got %d, want at least %d", got, flood)
+	}
+	// The slow one is cut when its handshake times out.
+	slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, slow); err != nil {
+		t.Errorf("the silent connection: got %v, want it closed", err)
+	}
+
+	nc, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newFakeAgent(t, nc, "real", 42, true)
+	waitHealth(t, c, 42)
+	if got := who(t, c); got != "real" {
+		t.Errorf("got %q, want real", got)
+	}
+	// A few goroutines serve the session (yamux's, the transport's); the
+	// refused connections left none.
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > before+20; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines: got %d, want about %d", runtime.NumGoroutine(), before)
+		}
+	}
+}
+
+// TestAgentCannotOpenStreams: a session whose agent opens a stream (or
+// floods pings, or says go away) is cut, and the next agent is adopted.
+func TestAgentCannotOpenStreams(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		do   func(a *fakeAgent)
+	}{
+		{"open stream", func(a *fakeAgent) { a.sess.OpenStream() }},
+		{"ping flood", func(a *fakeAgent) {
+			for range 5 * pingBurst {
+				go a.sess.Ping()
+			}
+		}},
+		{"go away", func(a *fakeAgent) { a.sess.GoAway() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newConn(t)
+			a, _ := connect(t, c, "hostile", 1, true)
+			waitHealth(t, c, 1)
+			tt.do(a)
+			if !a.closed(t) {
+				t.Fatal("the session was not cut")
+			}
+			connect(t, c, "real", 2, true)
+			waitHealth(t, c, 2)
+			if got := who(t, c); got != "real" {
+				t.Errorf("got %q, want real", got)
+			}
+		})
+	}
+}
+
+// TestGuardFrames: the guard follows frames however the bytes are split,
+// and data that looks like a header inside a payload is payload.
+func TestGuardFrames(t *testing.T) {
+	t.Parallel()
+	frame := func(typ byte, flags uint16, id, length uint32, payload ...byte) []byte {
+		b := make([]byte, frameHeader, frameHeader+len(payload))
+		b[1] = typ
+		binary.BigEndian.PutUint16(b[2:], flags)
+		binary.BigEndian.PutUint32(b[4:], id)
+		binary.BigEndian.PutUint32(b[8:], length)
+		return append(b, payload...)
+	}
+	syn := frame(frameWindowUpdate, flagSYN, 2, 0)
+	var ok []byte
+	ok = append(ok, frame(frameWindowUpdate, 2, 1, 1000)...) // ACK
+	ok = append(ok, frame(frameData, 0, 1, uint32(len(syn)), syn...)...)
+	ok = append(ok, frame(framePing, 2, 0, 7)...) // a ping answer
+	ok = append(ok, frame(frameData, 4, 1, 0)...) // FIN
+	for _, split := range []int{1, 5, 12, 13, len(ok)} {
+		g := newGuard(nil)
+		for b := ok; len(b) > 0; {
+			k := min(split, len(b))
+			if err := g.scan(b[:k]); err != nil {
+				t.Fatalf("split %d: got %v on well-formed frames", split, err)
+			}
+			b = b[k:]
+		}
+		if err := g.scan(syn); !errors.Is(err, errAgentStream) {
+			t.Errorf("split %d: a SYN from the agent: got %v, want %v", split, err, errAgentStream)
+		}
+	}
+	g := newGuard(nil)
+	now := time.Now()
+	for i := range pingBurst {
+		if !g.ping(now) {
+			t.Fatalf("ping %d of the burst refused", i)
+		}
+	}
+	if g.ping(now) {
+		t.Error("a ping past the burst let through")
+	}
+	if !g.ping(now.Add(pingEvery)) {
+		t.Error("a ping after the refill refused")
 	}
 }
