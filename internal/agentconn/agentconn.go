@@ -7,7 +7,8 @@
 // the socket and play agent. So one connection at a time may be in its
 // handshake and one session may be live (others are closed at once), the
 // agent cannot open streams, every answer read here is capped to what it
-// needs, and all decodes of one sandbox's answers share a budget.
+// needs, all decodes of one sandbox's answers share a budget, and log lines
+// a sandbox causes are rate-limited.
 package agentconn
 
 import (
@@ -29,6 +30,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/loglimit"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -55,6 +57,10 @@ const (
 	// check and every read and write on the connection until it is adopted.
 	handshakeTimeout = 5 * time.Second
 )
+
+// sandboxLog rate-limits the log lines one sandbox's connections cause, keyed
+// by sandbox id.
+var sandboxLog = loglimit.New(10, time.Minute)
 
 // Conn is the daemon's connection to one sandbox's agent. The agent may come
 // and go (restart, container stop); requests wait for it up to their context.
@@ -154,9 +160,9 @@ func yamuxConfig() *yamux.Config {
 	return cfg
 }
 
-// logf logs a line caused by the sandbox.
+// logf logs a line caused by the sandbox, rate-limited per sandbox.
 func (c *Conn) logf(level slog.Level, msg string, args ...any) {
-	c.log.Log(context.Background(), level, msg, args...)
+	sandboxLog.Log(context.Background(), c.log, c.id, level, msg, args...)
 }
 
 func (c *Conn) acceptLoop() {
@@ -550,6 +556,9 @@ func (c *Conn) Close() error {
 	// finds c closed).
 	c.adopts.Wait()
 	c.transport.CloseIdleConnections()
+	if n := sandboxLog.Forget(c.id); n > 0 {
+		c.log.Warn("log lines about the agent connection were dropped", "droppedLines", n)
+	}
 	return err
 }
 
