@@ -20,6 +20,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/fspath"
+	"github.com/hotcell/hotcell/internal/sparsetar"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -280,8 +281,16 @@ func (x *extractor) entry(hdr *tar.Header, body io.Reader) error {
 		if err != nil {
 			return fsErr("extract", target, err)
 		}
-		n, err := copyBuffered(f, body)
+		var dst io.Writer = f
+		hw := &sparsetar.HoleWriter{F: f}
+		if sparsetar.IsSparse(hdr) {
+			dst = hw // its holes stay holes
+		}
+		n, err := copyBuffered(dst, body)
 		x.res.Bytes += n
+		if err == nil && dst == hw {
+			err = hw.Close()
+		}
 		if err != nil {
 			_ = f.Close()
 			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
@@ -399,17 +408,23 @@ func writeTar(w io.Writer, root string) error {
 				links[key] = rel
 			}
 		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
 		if hdr.Typeflag != tar.TypeReg || hdr.Size == 0 {
-			return nil
+			return tw.WriteHeader(hdr)
 		}
 		f, err := os.Open(p)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
+		// A file with holes (fewer blocks than its size needs) keeps them.
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < hdr.Size {
+			if ext, ok := sparsetar.DataExtents(f, hdr.Size); ok {
+				return sparsetar.Write(tw, w, hdr, f, ext)
+			}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
 		n, err := copyBuffered(tw, struct{ io.Reader }{io.LimitReader(f, hdr.Size)})
 		if err != nil {
 			return err

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/hotcell/hotcell/internal/sparsetar"
 )
 
 // tarChecker reads a tar stream as it is written to it, without writing
@@ -124,7 +126,7 @@ func checkTar(r io.Reader, gz bool) error {
 		// skip (a short one shows there): reading them through tr would
 		// expand its holes, and a few bytes of header claiming an exabyte
 		// of zeros would keep the daemon busy for ever.
-		sparse = isSparse(hdr)
+		sparse = sparsetar.IsSparse(hdr)
 		if !sparse {
 			if _, err := io.Copy(io.Discard, tr); err != nil {
 				return fmt.Errorf("read tar entry %q: %w", hdr.Name, err)
@@ -132,20 +134,6 @@ func checkTar(r io.Reader, gz bool) error {
 		}
 		entries++
 	}
-}
-
-// isSparse reports whether archive/tar reads hdr's entry as a sparse file
-// (old GNU or PAX GNU.sparse formats).
-func isSparse(hdr *tar.Header) bool {
-	if hdr.Typeflag == tar.TypeGNUSparse {
-		return true
-	}
-	for k := range hdr.PAXRecords {
-		if strings.HasPrefix(k, "GNU.sparse.") {
-			return true
-		}
-	}
-	return false
 }
 
 // checkName rejects the names that plainly leave the extraction directory.

@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"io"
+	"os"
 	"testing"
+
+	"github.com/hotcell/hotcell/internal/sparsetar"
 )
 
 func testTar(t testing.TB, names ...string) []byte {
@@ -111,4 +114,38 @@ func FuzzCheckTar(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCheckTarSparse: a sparse entry's holes are not expanded (one that
+// claims an exabyte would never finish), and a stream cut after one is
+// still found out.
+func TestCheckTarSparse(t *testing.T) {
+	t.Parallel()
+	f, err := os.CreateTemp(t.TempDir(), "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("hello"); err != nil {
+		t.Fatal(err)
+	}
+	const huge = 1 << 60
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	hdr := &tar.Header{Name: "huge", Mode: 0o644, Size: huge, Typeflag: tar.TypeReg}
+	if err := sparsetar.Write(tw, &buf, hdr, f, []sparsetar.Extent{{Off: 0, Len: 5}, {Off: huge, Len: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	whole := buf.Bytes()
+	if err := runChecker(whole, false); err != nil {
+		t.Errorf("whole: got %v, want nil", err)
+	}
+	for _, cut := range []int{512, 1024, 1024 + 512} {
+		if err := runChecker(whole[:len(whole)-cut], false); err == nil {
+			t.Errorf("cut %d bytes: got nil, want an error", cut)
+		}
+	}
 }
