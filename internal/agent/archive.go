@@ -138,7 +138,14 @@ type extractor struct {
 	dirs     []dirMeta
 	asRoot   bool
 	res      wire.ArchiveResult
+	sparse   int64 // the sizes of the sparse entries so far
 }
+
+// maxSparse bounds the total size of an archive's sparse entries. Their
+// holes cost no bytes in the archive but are read out as zeros here (the
+// tar reader hides where they are): a few bytes of header claiming an
+// exabyte would keep the agent busy for ever. 1 TiB is read in minutes.
+const maxSparse = 1 << 40
 
 // extractTar extracts r (tar, or gzip-compressed tar) into root.
 func extractTar(root string, r io.Reader) (wire.ArchiveResult, error) {
@@ -277,6 +284,11 @@ func (x *extractor) entry(hdr *tar.Header, body io.Reader) error {
 		x.dirs = append(x.dirs, dirMeta{path: target, mode: mode, mtime: hdr.ModTime})
 		return nil
 	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+		if sparsetar.IsSparse(hdr) {
+			if x.sparse += hdr.Size; x.sparse > maxSparse {
+				return badEntry(name, "the archive's sparse files add up to more than %d bytes", int64(maxSparse))
+			}
+		}
 		f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 		if err != nil {
 			return fsErr("extract", target, err)
