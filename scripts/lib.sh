@@ -20,6 +20,8 @@ ensure_packages() {
 	command -v git >/dev/null || missing+=(git)
 	command -v tmux >/dev/null || missing+=(tmux)
 	command -v curl >/dev/null || missing+=(curl)
+	# mkfs.ext4 makes the workspace disks (internal/wsdisk).
+	command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
 	command -v ip >/dev/null && command -v iptables-save >/dev/null || missing+=(iproute2 iptables)
 	command -v ipset >/dev/null || missing+=(ipset)
 	if [ ${#missing[@]} -gt 0 ]; then

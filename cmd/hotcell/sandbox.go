@@ -232,7 +232,7 @@ func formatLimits(l client.Limits) string {
 		parts = append(parts, fmt.Sprintf("pids %d", l.PidsLimit))
 	}
 	if l.DiskMB > 0 {
-		parts = append(parts, fmt.Sprintf("disk %d MB (not enforced yet)", l.DiskMB))
+		parts = append(parts, fmt.Sprintf("disk %d MB", l.DiskMB))
 	}
 	if len(parts) == 0 {
 		return "none"

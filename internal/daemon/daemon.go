@@ -82,6 +82,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return fmt.Errorf("reach the Docker Engine (is dockerd running? start it, or run scripts/serve which does): %w", err)
 	}
 	log.Info("docker engine", "version", info.EngineVersion)
+	openWorkspaceDisks(ctx, cfg.DataDir, drv, log)
 
 	// ops owns the API's requests and the work they start that outlives
 	// them (creates, destroys, backups, restores): the shutdown waits for
@@ -163,7 +164,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 				Version: buildinfo.Version(), Driver: di.Name, EngineVersion: di.EngineVersion,
 				CPUs: di.CPUs, MemoryBytes: di.MemoryBytes, Sandboxes: n, DefaultImage: cfg.DefaultImage,
 				DefaultLimits: cfg.DefaultLimits, MaxLimits: cfg.MaxLimits,
-				DiskLimitEnforced: false, // limits.diskMb is recorded and checked, not enforced yet
+				DiskLimitEnforced: drv.WorkspaceDisksEnforced(),
 			}, nil
 		},
 	}, mgr))

@@ -23,6 +23,7 @@ import (
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/egress"
 	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/wsdisk"
 )
 
 // Daemon is one `hotcell serve` process run by a test, or shared by the
@@ -408,7 +409,23 @@ func (d *Daemon) Close() {
 		}
 		_ = exec.Command("docker", "network", "rm", d.EgressNetwork).Run()
 	}
+	unmountUnder(d.DataDir)
 	os.RemoveAll(d.DataDir)
+}
+
+// unmountUnder detaches what is still mounted under dir (the workspace disk
+// of a sandbox whose destroy failed), so that removing dir neither empties a
+// mounted disk nor leaves its loop device behind.
+func unmountUnder(dir string) {
+	mps, err := wsdisk.MountPoints()
+	if err != nil {
+		return
+	}
+	for _, mp := range mps {
+		if strings.HasPrefix(mp, filepath.Clean(dir)+"/") {
+			_ = exec.Command("umount", "-l", mp).Run()
+		}
+	}
 }
 
 // freeEgressSubnet picks a /24 in 10.214.0.0/16 that no interface of the

@@ -24,8 +24,10 @@ type Limits struct {
 	MemoryMB  int64   `json:"memoryMb,omitempty"`
 	CPUs      float64 `json:"cpus,omitempty"`
 	PidsLimit int64   `json:"pidsLimit,omitempty"`
-	// DiskMB is recorded and checked against the daemon's maximum; it is
-	// not enforced yet (HostInfo.DiskLimitEnforced).
+	// DiskMB is the size of the workspace's own filesystem (a write past it
+	// fails with ENOSPC) and the most the root filesystem's writable layer
+	// may take before the daemon stops the sandbox (docs/security.md, Disk).
+	// HostInfo.DiskLimitEnforced says whether this host enforces it.
 	DiskMB int64 `json:"diskMb,omitempty"`
 }
 
@@ -223,7 +225,9 @@ type HostInfo struct {
 	// cap what it may ask for. A zero or absent field is unlimited.
 	DefaultLimits Limits `json:"defaultLimits"`
 	MaxLimits     Limits `json:"maxLimits"`
-	// DiskLimitEnforced is false while limits.diskMb is only recorded.
+	// DiskLimitEnforced is whether new sandboxes get a workspace disk of
+	// limits.diskMb; false on a host that cannot loop-mount images (the
+	// daemon's log says why).
 	DiskLimitEnforced bool `json:"diskLimitEnforced"`
 }
 

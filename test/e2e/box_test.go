@@ -263,7 +263,7 @@ func TestBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(l), len(cs.Items), len(vs.Items)
+		return len(l), len(cs.Items), len(vs.Items) + workspaceDisks(t, d)
 	}
 	r0, c0, v0 := count()
 	_, err = d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Image: "hotcell/does-not-exist:latest"})
@@ -274,6 +274,6 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("missing image: got %v, want a not_found error", err)
 	}
 	if r1, c1, v1 := count(); r1 != r0 || c1 != c0 || v1 != v0 {
-		t.Fatalf("a failed create left things behind: records %d→%d, containers %d→%d, volumes %d→%d", r0, r1, c0, c1, v0, v1)
+		t.Fatalf("a failed create left things behind: records %d→%d, containers %d→%d, workspaces %d→%d", r0, r1, c0, c1, v0, v1)
 	}
 }

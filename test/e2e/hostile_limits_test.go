@@ -50,9 +50,9 @@ func TestDefaultAndMaxLimits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("host: %v", err)
 	}
-	if host.DefaultLimits != hostileLimits || host.MaxLimits != (client.Limits{MemoryMB: 512, PidsLimit: 256}) || host.DiskLimitEnforced {
-		t.Errorf("host limits: got default %+v max %+v diskEnforced %v, want %+v, {512 MiB, 256 pids}, false",
-			host.DefaultLimits, host.MaxLimits, host.DiskLimitEnforced, hostileLimits)
+	if host.DefaultLimits != hostileLimits || host.MaxLimits != (client.Limits{MemoryMB: 512, PidsLimit: 256}) {
+		t.Errorf("host limits: got default %+v max %+v, want %+v, {512 MiB, 256 pids}",
+			host.DefaultLimits, host.MaxLimits, hostileLimits)
 	}
 
 	sb := newSandbox(t, d, client.CreateSandboxRequest{})

@@ -110,9 +110,8 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 
 	dc := testenv.RequireDocker(t)
-	volume := "hotcell-" + sb.ID + "-workspace"
-	if _, err := dc.VolumeInspect(ctx, volume, dockerclient.VolumeInspectOptions{}); err != nil {
-		t.Fatalf("workspace volume %s before destroy: %v", volume, err)
+	if !workspaceExists(t, d, sb.ID) {
+		t.Fatalf("workspace of %s before destroy: not found", sb.ID)
 	}
 	if err := d.C.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatalf("destroy: %v", err)
@@ -120,8 +119,8 @@ func TestSandboxLifecycle(t *testing.T) {
 	if err := d.C.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatalf("destroy twice: %v", err)
 	}
-	if _, err := dc.VolumeInspect(ctx, volume, dockerclient.VolumeInspectOptions{}); err == nil {
-		t.Fatalf("volume %s still exists after destroy", volume)
+	if workspaceExists(t, d, sb.ID) {
+		t.Fatalf("workspace of %s still exists after destroy", sb.ID)
 	}
 	if _, err := dc.ContainerInspect(ctx, "hotcell-"+sb.ID, dockerclient.ContainerInspectOptions{}); err == nil {
 		t.Fatalf("container of %s still exists after destroy", sb.ID)

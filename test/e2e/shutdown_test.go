@@ -115,8 +115,8 @@ func TestShutdownDuringCreate(t *testing.T) {
 			if got := dockerHas(t, "container", "hotcell-"+id); got != tc.whole {
 				t.Errorf("container of %s after shutdown: present %v, want %v", id, got, tc.whole)
 			}
-			if got := dockerHas(t, "volume", "hotcell-"+id+"-workspace"); got != tc.whole {
-				t.Errorf("volume of %s after shutdown: present %v, want %v", id, got, tc.whole)
+			if got := workspaceExists(t, d, id); got != tc.whole {
+				t.Errorf("workspace of %s after shutdown: present %v, want %v", id, got, tc.whole)
 			}
 			off := d.LogSize()
 			d.Restart()

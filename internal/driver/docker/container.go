@@ -66,8 +66,9 @@ const HostGateway = "host.docker.internal"
 // never see one: it is root on the host.
 var dockerSockets = []string{"/var/run/docker.sock", "/run/docker.sock"}
 
-// Create creates the box and, when spec.Persist, its workspace volume,
-// without starting it. If it fails it leaves nothing behind that it made.
+// Create creates the box and, when spec.Persist, its workspace (a disk of
+// spec.Limits.DiskMB when the driver has workspace disks and the limit is
+// set, else a volume), without starting it. If it fails it leaves nothing behind that it made.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if err := checkID(spec.ID); err != nil {
 		return err
@@ -76,8 +77,31 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if err != nil {
 		return err
 	}
+	var diskMount mount.Mount
+	var onDisk bool
 	if spec.Persist {
-		// Not :=, the deferred cleanup below must see Create's result.
+		// Not :=, the deferred cleanups below must see Create's result.
+		var created bool
+		diskMount, created, onDisk, err = d.workspaceDisk(ctx, spec)
+		if err != nil {
+			return fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+		}
+		if created {
+			defer func() {
+				if err == nil {
+					return
+				}
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if rerr := d.disks.Remove(cctx, spec.ID); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}()
+		}
+	}
+	if onDisk {
+		hostCfg.Mounts = append(hostCfg.Mounts, diskMount)
+	} else if spec.Persist {
 		var created bool
 		if created, err = d.ensureWorkspace(ctx, spec.ID, spec.Instance); err != nil {
 			return fmt.Errorf("create sandbox %s: %w", spec.ID, err)
@@ -205,6 +229,8 @@ func resources(spec driver.Spec) (container.Resources, error) {
 		return r, errdefs.Invalid("limits.cpus", "must be a positive number")
 	case l.PidsLimit < 0:
 		return r, errdefs.Invalid("limits.pidsLimit", "must not be negative")
+	case l.DiskMB < 0:
+		return r, errdefs.Invalid("limits.diskMb", "must not be negative")
 	}
 	if l.MemoryMB > 0 {
 		r.Memory = l.MemoryMB << 20
@@ -267,6 +293,13 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	if d.disks != nil {
+		// After a host reboot the disk is not mounted until the daemon
+		// mounts it; a box started before would write to the host's disk.
+		if _, _, err := d.disks.Mount(ctx, id); err != nil {
+			return fmt.Errorf("start sandbox %s: %w", id, err)
+		}
+	}
 	_, err := d.c.ContainerStart(ctx, ContainerName(id), client.ContainerStartOptions{})
 	return classify("start container "+ContainerName(id), err)
 }
@@ -320,7 +353,7 @@ func (d *Driver) settled(ctx context.Context, id string, want driver.BoxState, e
 	return err
 }
 
-// Destroy force-removes the box and its workspace volume. What is already
+// Destroy force-removes the box and its workspace volume or disk. What is already
 // gone is not an error, so Destroy can be retried until it succeeds.
 func (d *Driver) Destroy(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
@@ -329,6 +362,11 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 	_, err := d.c.ContainerRemove(ctx, ContainerName(id), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return classify("remove container "+ContainerName(id), err)
+	}
+	if d.disks != nil {
+		if err := d.disks.Remove(ctx, id); err != nil {
+			return err
+		}
 	}
 	return d.removeWorkspace(ctx, id)
 }

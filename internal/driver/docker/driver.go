@@ -29,6 +29,8 @@ const Name = "docker"
 // Driver drives a Docker Engine. It is safe for concurrent use.
 type Driver struct {
 	c *client.Client
+	// disks, when set, hold the workspaces of sandboxes with a disk limit.
+	disks WorkspaceDisks
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST and

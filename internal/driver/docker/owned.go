@@ -19,7 +19,7 @@ var (
 )
 
 // ListOwned returns the sandbox ids of the containers and workspace volumes
-// labelled with instance, sorted and without duplicates.
+// labelled with instance, and of the workspace disks, sorted and without duplicates.
 func (d *Driver) ListOwned(ctx context.Context, instance string) ([]string, error) {
 	if instance == "" {
 		return nil, fmt.Errorf("list owned objects: instance is empty")
@@ -43,6 +43,14 @@ func (d *Driver) ListOwned(ctx context.Context, instance string) ([]string, erro
 		if id := v.Labels[driver.LabelID]; id != "" {
 			ids = append(ids, id)
 		}
+	}
+	if d.disks != nil {
+		// The disks live in this instance's data dir: all of them are its.
+		dids, err := d.disks.IDs()
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, dids...)
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids), nil

@@ -1,0 +1,117 @@
+package wsdisk
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/hotcell/hotcell/internal/testenv"
+)
+
+func openPool(t *testing.T) *Pool {
+	t.Helper()
+	testenv.RequireRoot(t, "loop-mounting filesystem images")
+	testenv.RequireTool(t, "mkfs.ext4")
+	dir := t.TempDir()
+	p, err := Open(t.Context(), dir)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		// A failed test must not leave loop mounts behind.
+		ids, _ := p.IDs()
+		for _, id := range ids {
+			_ = p.Remove(t.Context(), id)
+		}
+	})
+	return p
+}
+
+func TestDiskHoldsItsSize(t *testing.T) {
+	p := openPool(t)
+	path, created, err := p.Ensure(t.Context(), "sb1", 16<<20)
+	if err != nil || !created {
+		t.Fatalf("Ensure: created %v, err %v", created, err)
+	}
+	if ok, _ := Mounted(path); !ok {
+		t.Fatalf("%s is not mounted", path)
+	}
+	if _, err := os.Stat(filepath.Join(path, "lost+found")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lost+found: got %v, want it removed", err)
+	}
+	// Fill it: the write past its size fails with ENOSPC.
+	f, err := os.Create(filepath.Join(path, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := bytes.Repeat([]byte{1}, 1<<20)
+	var werr error
+	for range 32 {
+		if _, werr = f.Write(buf); werr != nil {
+			break
+		}
+	}
+	f.Close()
+	if !errors.Is(werr, syscall.ENOSPC) {
+		t.Fatalf("writing 32 MiB into a 16 MiB disk: got %v, want ENOSPC", werr)
+	}
+
+	// Ensure again keeps it and its content; IDs lists it.
+	if _, created, err := p.Ensure(t.Context(), "sb1", 64<<20); err != nil || created {
+		t.Fatalf("second Ensure: created %v, err %v", created, err)
+	}
+	if ids, err := p.IDs(); err != nil || len(ids) != 1 || ids[0] != "sb1" {
+		t.Fatalf("IDs: got %v, %v, want [sb1]", ids, err)
+	}
+
+	// Unmounted behind its back (a host reboot): MountAll brings it back
+	// with its content.
+	if err := unmount(t.Context(), path); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.MountAll(t.Context()); err != nil {
+		t.Fatalf("MountAll: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(path, "fill")); err != nil {
+		t.Fatalf("after MountAll: %v", err)
+	}
+
+	if err := p.Remove(t.Context(), "sb1"); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if ok, _ := Mounted(path); ok {
+		t.Errorf("%s still mounted after Remove", path)
+	}
+	if ents, _ := os.ReadDir(p.Dir()); len(ents) != 0 {
+		t.Errorf("pool dir after Remove: got %d entries, want none", len(ents))
+	}
+	if err := p.Remove(t.Context(), "sb1"); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+	if _, ok, err := p.Mount(t.Context(), "sb1"); ok || err != nil {
+		t.Errorf("Mount of a removed disk: ok %v, err %v; want false, nil", ok, err)
+	}
+}
+
+func TestRefusesPaths(t *testing.T) {
+	p := &Pool{dir: t.TempDir()}
+	for _, id := range []string{"", "../x", "a/b", ".probe"} {
+		if _, _, err := p.Ensure(t.Context(), id, MinSize); err == nil {
+			t.Errorf("Ensure(%q): got nil error", id)
+		}
+		if err := p.Remove(t.Context(), id); err == nil {
+			t.Errorf("Remove(%q): got nil error", id)
+		}
+	}
+}
+
+func TestUnescape(t *testing.T) {
+	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\`: `/x\`, `/t\011`: "/t\t"} {
+		if got := unescape(in); got != want {
+			t.Errorf("unescape(%q): got %q, want %q", in, got, want)
+		}
+	}
+}
