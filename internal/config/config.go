@@ -116,6 +116,9 @@ type Config struct {
 	// leave on the data dir's disk, how long a backup stream may stall.
 	BackupMaxSize, BackupQuota, MinFreeDisk int64
 	BackupIdleTimeout                       time.Duration
+	// DiskCheckInterval: how often each running sandbox's writable layer
+	// is measured against its disk limit.
+	DiskCheckInterval time.Duration
 	// Providers are the LLM gateway's upstreams ([[provider]] tables of the
 	// config file and of ProvidersFile; gateway.go).
 	Providers     []Provider
@@ -184,8 +187,10 @@ var settings = []setting{
 		func(c *Config) any { return &c.PreviewDomain }},
 	{"preview_token_ttl", kindDuration, "how long a preview token from preview-url lasts; each token opens one port of one sandbox",
 		func(c *Config) any { return &c.PreviewTokenTTL }},
-	{"default_limits", kindLimits, "limits of a sandbox whose create gives none, per field: " + limitsSyntax + "; fields not named keep this default; disk is recorded, not enforced yet",
+	{"default_limits", kindLimits, "limits of a sandbox whose create gives none, per field: " + limitsSyntax + "; fields not named keep this default; disk is the size of /workspace and the most the root filesystem's writable layer may take",
 		func(c *Config) any { return &c.DefaultLimits }},
+	{"disk_check_interval", kindDuration, "how often each running sandbox's writable layer is measured; one over its disk limit is stopped (reason disk_limit)",
+		func(c *Config) any { return &c.DiskCheckInterval }},
 	{"max_limits", kindLimits, "largest limits a create may ask for, same syntax; fields not named have no maximum",
 		func(c *Config) any { return &c.MaxLimits }},
 	{"backup_max_size", kindBytes, "largest workspace tar one backup, upload or snapshot workspace takes, in bytes; a stream past it is aborted and removed (0: no cap)",
@@ -252,6 +257,7 @@ func Default() Config {
 		BackupQuota:        DefaultBackupQuota,
 		MinFreeDisk:        DefaultMinFreeDisk,
 		BackupIdleTimeout:  DefaultBackupIdleTimeout,
+		DiskCheckInterval:  10 * time.Second,
 
 		EgressNetwork:     DefaultEgressNetwork,
 		EgressSubnet:      DefaultEgressSubnet,
@@ -511,6 +517,7 @@ func (c *Config) Validate() error {
 		{"shutdown_timeout", c.ShutdownTimeout},
 		{"stream_write_timeout", c.StreamWriteTimeout},
 		{"preview_token_ttl", c.PreviewTokenTTL},
+		{"disk_check_interval", c.DiskCheckInterval},
 	} {
 		if d.v <= 0 {
 			return bad(d.key, d.v, "must be greater than 0")
@@ -701,6 +708,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("preview_domain", c.PreviewDomain),
 		slog.String("default_limits", FormatLimits(c.DefaultLimits)),
 		slog.String("max_limits", FormatLimits(c.MaxLimits)),
+		slog.Duration("disk_check_interval", c.DiskCheckInterval),
 	)
 }
 

@@ -76,6 +76,7 @@ func TestDefaults(t *testing.T) {
 		LifetimeAction:     "destroy",
 		OrphanGrace:        10 * time.Minute,
 		EngineRestart:      "restart",
+		DiskCheckInterval:  10 * time.Second,
 		DefaultLimits:      wire.Limits{MemoryMB: 2048, CPUs: 1, PidsLimit: 1024, DiskMB: 10240},
 		BackupMaxSize:      10 << 30,
 		BackupQuota:        20 << 30,

@@ -145,3 +145,11 @@ type Prober interface {
 	// Probe returns nil if a fresh connection to the backend answers.
 	Probe(ctx context.Context) error
 }
+
+// LayerSizer is implemented by drivers that can measure how much host disk
+// a box's writable root filesystem layer takes, for a watched disk limit
+// where the storage has no hard one.
+type LayerSizer interface {
+	// LayerSize returns the bytes allocated to the box's writable layer.
+	LayerSize(ctx context.Context, id string) (int64, error)
+}

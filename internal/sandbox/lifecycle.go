@@ -33,6 +33,9 @@ type LifecycleOptions struct {
 	// backend, to notice boxes killed or removed behind the daemon's back
 	// and engine restarts (default 3 s).
 	ReconcileInterval time.Duration
+	// DiskCheckInterval is how often the writable layer of each running
+	// sandbox is measured against its disk limit (default 10 s).
+	DiskCheckInterval time.Duration
 	// ActivityFlush is the coarseness with which activity is persisted
 	// (default 5 s): a daemon restart can lose at most this much of it.
 	ActivityFlush time.Duration
@@ -75,6 +78,9 @@ func newLifecycle(opts LifecycleOptions) *lifecycle {
 	if opts.ReconcileInterval <= 0 {
 		opts.ReconcileInterval = 3 * time.Second
 	}
+	if opts.DiskCheckInterval <= 0 {
+		opts.DiskCheckInterval = 10 * time.Second
+	}
 	if opts.ActivityFlush <= 0 {
 		opts.ActivityFlush = 5 * time.Second
 	}
@@ -98,5 +104,6 @@ func LifecycleOptionsFrom(cfg config.Config) LifecycleOptions {
 		},
 		OrphanGrace:         cfg.OrphanGrace,
 		EngineRestartPolicy: cfg.EngineRestart,
+		DiskCheckInterval:   cfg.DiskCheckInterval,
 	}
 }

@@ -468,6 +468,12 @@ func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
 
 // Stop stops a running sandbox, keeping its root filesystem and workspace.
 func (m *Manager) Stop(ctx context.Context, id string) (wire.Sandbox, error) {
+	return m.stop(ctx, id, "")
+}
+
+// stop stops a running sandbox and records reason (empty for a stop that
+// was asked for) as the sandbox's error.
+func (m *Manager) stop(ctx context.Context, id, reason string) (wire.Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
 	sb, err := m.store.Get(ctx, id)
@@ -493,8 +499,8 @@ func (m *Manager) Stop(ctx context.Context, id string) (wire.Sandbox, error) {
 		return sb, fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
 	m.releaseEgress(ctx, id)
-	m.Event(ctx, id, wire.SandboxEventStopped, "", nil)
-	return m.withDeadlinesErr(m.setState(ctx, sb, wire.StateStopped, ""))
+	m.Event(ctx, id, wire.SandboxEventStopped, reason, nil)
+	return m.withDeadlinesErr(m.setState(ctx, sb, wire.StateStopped, reason))
 }
 
 func (m *Manager) setState(ctx context.Context, sb wire.Sandbox, st wire.State, reason string) (wire.Sandbox, error) {

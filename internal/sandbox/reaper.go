@@ -12,13 +12,14 @@ import (
 // eventRetention is how long the event log of a destroyed sandbox stays.
 const eventRetention = 24 * time.Hour
 
-// RunBackground runs the reaper (timeouts) and the reconciler (orphans,
-// boxes changed behind the daemon's back, engine restarts) until ctx ends,
+// RunBackground runs the reaper (timeouts), the reconciler (orphans,
+// boxes changed behind the daemon's back, engine restarts) and the disk
+// watch (writable layers over their limit) until ctx ends,
 // then waits for the actions in flight. Call it after Recover.
 func (m *Manager) RunBackground(ctx context.Context) error {
 	l := m.life
 	kick := make(chan struct{}, 1)
-	l.wg.Add(3)
+	l.wg.Add(4)
 	go func() {
 		defer l.wg.Done()
 		m.reapLoop(ctx)
@@ -30,6 +31,10 @@ func (m *Manager) RunBackground(ctx context.Context) error {
 	go func() {
 		defer l.wg.Done()
 		m.watchBackend(ctx, kick)
+	}()
+	go func() {
+		defer l.wg.Done()
+		m.diskLoop(ctx)
 	}()
 	<-ctx.Done()
 	l.wg.Wait()

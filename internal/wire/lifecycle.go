@@ -72,10 +72,17 @@ const (
 	SandboxEventOrphanFound   = "orphan-found"
 	SandboxEventEngineRestart = "engine-restarted"
 	SandboxEventRestored      = "restored"
+	// SandboxEventDiskLimit: the sandbox went over its disk limit and was
+	// stopped; the record's error starts with DiskLimitReason.
+	SandboxEventDiskLimit = "disk-limit"
 	// Stream-only types: never stored.
 	SandboxEventKeepalive = "keepalive"
 	SandboxEventEnd       = "end"
 )
+
+// DiskLimitReason starts the error of a sandbox stopped for going over its
+// disk limit, and is the reason field of its disk-limit event.
+const DiskLimitReason = "disk_limit"
 
 // SandboxEvent is one entry of a sandbox's event log. Seq orders events
 // host-wide; pass the last one seen as since= to continue after it.

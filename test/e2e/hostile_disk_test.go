@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/testdaemon"
@@ -122,6 +123,69 @@ func TestHostileDiskWorkspace(t *testing.T) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s after destroy: %v, want it gone", p, err)
 		}
+	}
+}
+
+// TestHostileDiskWritableLayer: a sandbox writes past its disk limit outside
+// /workspace, into the root filesystem's writable layer, which has no hard
+// limit on overlay2. The daemon measures it and stops the sandbox with
+// reason disk_limit and a disk-limit event; meanwhile the daemon answers and
+// records, and a neighbour writes its files.
+func TestHostileDiskWritableLayer(t *testing.T) {
+	d := startDiskDaemon(t, "--disk-check-interval", "1s")
+	ctx := t.Context()
+	hog := newSandbox(t, d, client.CreateSandboxRequest{})
+	neighbour := newSandbox(t, d, client.CreateSandboxRequest{})
+
+	// Under the limit nothing happens.
+	mustOK(t, run(t, d, hog.ID, "dd if=/dev/zero of=/tmp/small bs=1M count=8 2>/dev/null && sync"), "write under the limit")
+	res := run(t, d, hog.ID, fillCmd("/tmp/fill", diskLimitMB+32))
+	if !strings.Contains(res.Stdout, "exit=0") {
+		t.Fatalf("filling the writable layer: stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+
+	deadline := time.Now().Add(time.Minute)
+	var sb client.Sandbox
+	for {
+		var err error
+		if sb, err = d.C.GetSandbox(ctx, hog.ID); err != nil {
+			t.Fatalf("get hog: %v", err)
+		}
+		if sb.State == client.StateStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hog over its disk limit is still %s a minute later\n%s", sb.State, d.Logs())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !strings.HasPrefix(sb.Error, "disk_limit:") {
+		t.Errorf("hog's error: got %q, want a disk_limit reason", sb.Error)
+	}
+	evs, err := d.C.SandboxEvents(ctx, hog.ID, client.EventsOptions{})
+	if err != nil {
+		t.Fatalf("events: %v", err)
+	}
+	var ev *client.SandboxEvent
+	for i := range evs {
+		if evs[i].Type == "disk-limit" {
+			ev = &evs[i]
+		}
+	}
+	if ev == nil || ev.Fields["reason"] != "disk_limit" || ev.Fields["area"] != "rootfs" {
+		t.Errorf("disk-limit event: got %+v in %d events, want reason disk_limit, area rootfs", ev, len(evs))
+	} else if n, _ := strconv.ParseInt(ev.Fields["bytes"], 10, 64); n <= diskLimitMB<<20 {
+		t.Errorf("disk-limit event: bytes %q, want more than %d", ev.Fields["bytes"], diskLimitMB<<20)
+	}
+
+	// The daemon serves and records; the neighbour writes and reads.
+	newSandbox(t, d, client.CreateSandboxRequest{})
+	got := mustOK(t, run(t, d, neighbour.ID, "dd if=/dev/zero of=/tmp/mine bs=1M count=8 2>/dev/null && wc -c < /tmp/mine"), "neighbour write")
+	if strings.TrimSpace(got) != strconv.Itoa(8<<20) {
+		t.Fatalf("neighbour's file: got %q bytes, want %d", got, 8<<20)
+	}
+	if nb, err := d.C.GetSandbox(ctx, neighbour.ID); err != nil || nb.State != client.StateRunning {
+		t.Fatalf("neighbour: %+v, %v; want it running", nb, err)
 	}
 }
 
