@@ -8,9 +8,11 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,8 +51,9 @@ func fillCmd(path string, mib int) string {
 // TestHostileDiskWorkspace: a sandbox writes twice its disk limit into
 // /workspace. The write fails inside with ENOSPC, the file holds less than
 // the limit, and nothing else notices: the daemon answers and records a new
-// sandbox, a neighbour writes and reads its own files. The limit holds after
-// a stop and start and after a daemon restart, and destroy removes the disk.
+// sandbox, a neighbour writes and reads its own files. The workspace and its
+// limit come back after a stop and start, a daemon restart and an unmount
+// (a host reboot), and destroy removes the disk.
 func TestHostileDiskWorkspace(t *testing.T) {
 	d := startDiskDaemon(t)
 	ctx := t.Context()
@@ -101,15 +104,45 @@ func TestHostileDiskWorkspace(t *testing.T) {
 	fill("after stop and start")
 	mustOK(t, run(t, d, hog.ID, "rm /workspace/fill"), "delete the fill")
 
-	// A daemon restart re-adopts the sandbox with its mounted disk.
+	// A daemon restart re-adopts the running sandbox with its mounted disk.
+	d.Stop(syscall.SIGTERM)
 	d.Restart()
 	if got := mustOK(t, run(t, d, hog.ID, "cat /workspace/kept"), "read after daemon restart"); got != "kept\n" {
 		t.Fatalf("workspace after a daemon restart: got %q, want kept", got)
 	}
 	fill("after a daemon restart")
+	mustOK(t, run(t, d, hog.ID, "rm /workspace/fill"), "delete the fill")
+
+	// A host reboot leaves every disk unmounted: the daemon mounts them
+	// again at start, before any box can start on an empty mount point.
+	mp := filepath.Join(d.DataDir, "workspaces", hog.ID)
+	unmount := func() {
+		t.Helper()
+		if out, err := exec.Command("umount", mp).CombinedOutput(); err != nil {
+			t.Fatalf("umount %s: %v: %s", mp, err, out)
+		}
+	}
+	if _, err := d.C.StopSandbox(ctx, hog.ID); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	d.Stop(syscall.SIGTERM)
+	unmount()
+	d.Restart()
+	if ok, err := wsdisk.Mounted(mp); err != nil || !ok {
+		t.Fatalf("hog's disk %s after a daemon start: mounted %v, %v; want mounted again", mp, ok, err)
+	}
+	// And a disk unmounted behind the running daemon's back is mounted
+	// by the sandbox's start.
+	unmount()
+	if _, err := d.C.StartSandbox(ctx, hog.ID); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if got := mustOK(t, run(t, d, hog.ID, "cat /workspace/kept"), "read after remount"); got != "kept\n" {
+		t.Fatalf("workspace after its disk was unmounted: got %q, want kept", got)
+	}
+	fill("after a remount")
 
 	// Destroy removes the disk: no mount, no image left.
-	mp := filepath.Join(d.DataDir, "workspaces", hog.ID)
 	if ok, err := wsdisk.Mounted(mp); err != nil || !ok {
 		t.Fatalf("hog's disk %s: mounted %v, %v; want mounted", mp, ok, err)
 	}
