@@ -33,6 +33,8 @@ func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg *egr
 		HostAddr:   eg.Gateway(),
 		SandboxAt:  eg.SandboxAt,
 		Log:        log,
+
+		MaxConcurrent: cfg.MaxConcurrent(),
 	})
 	if err != nil {
 		return nil, nil, nil, err

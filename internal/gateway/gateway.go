@@ -50,6 +50,9 @@ type Options struct {
 	Subnet    netip.Prefix
 	HostAddr  netip.Addr
 	SandboxAt func(netip.Addr) (string, bool)
+	// MaxConcurrent caps one sandbox's requests in flight, all providers
+	// together; config.DefaultGatewayMaxConcurrent if 0.
+	MaxConcurrent int
 	// FlushInterval is how often usage counters are written; 2s if 0.
 	FlushInterval time.Duration
 	Log           *slog.Logger
@@ -74,6 +77,12 @@ type Gateway struct {
 	// flushMu orders usage writes against Forget, so that a write cannot
 	// bring back the counters of a destroyed sandbox.
 	flushMu sync.Mutex
+
+	maxConcurrent int
+	inflightMu    sync.Mutex
+	inflight      map[string]int // sandbox → requests in flight
+
+	reloadMu sync.Mutex // one Reload at a time
 }
 
 // key names one sandbox's access to one provider.
@@ -89,6 +98,9 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = 2 * time.Second
 	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = config.Config{GatewayMaxConcurrent: config.DefaultGatewayMaxConcurrent}.MaxConcurrent()
+	}
 	g := &Gateway{
 		opts:      opts,
 		log:       opts.Log.With("component", "gateway"),
@@ -96,6 +108,9 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		byHash:    map[[32]byte]key{},
 		grants:    map[key][32]byte{},
 		usage:     map[key]*counters{},
+
+		maxConcurrent: opts.MaxConcurrent,
+		inflight:      map[string]int{},
 	}
 	for _, pc := range opts.Providers {
 		p, err := newProvider(pc, opts.Getenv, g.log)

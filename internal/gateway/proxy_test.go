@@ -59,10 +59,13 @@ type env struct {
 }
 
 func providers(up *gatewaytest.Upstream, mod func(*config.Provider)) []config.Provider {
+	// The fake upstream's test paths (errors, a slow answer, one that
+	// waits for a cancel) are allowed besides the defaults.
+	testPaths := append(config.DefaultPaths("openai"), "error/*", "slow", "GET wait-cancel")
 	ps := []config.Provider{
-		{Name: "openai", Kind: "openai", BaseURL: up.URL + "/v1", KeyEnv: "TEST_OPENAI_KEY"},
+		{Name: "openai", Kind: "openai", BaseURL: up.URL + "/v1", KeyEnv: "TEST_OPENAI_KEY", Paths: testPaths},
 		{Name: "anthropic", Kind: "anthropic", BaseURL: up.URL, KeyEnv: "TEST_ANTHROPIC_KEY"},
-		{Name: "other", Kind: "generic", BaseURL: up.URL + "/v1", KeyEnv: "TEST_OPENAI_KEY", Header: "Authorization", Format: "Bearer {key}"},
+		{Name: "other", Kind: "generic", BaseURL: up.URL + "/v1", KeyEnv: "TEST_OPENAI_KEY", Header: "Authorization", Format: "Bearer {key}", Paths: testPaths},
 	}
 	if mod != nil {
 		for i := range ps {
@@ -505,6 +508,28 @@ func TestProxySourceAddress(t *testing.T) {
 	if resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+a["OPENAI_API_KEY"], `{}`); resp.StatusCode != 200 {
 		t.Errorf("token from its own sandbox: got %d %s", resp.StatusCode, body)
 	}
+
+	// From outside the sandbox network only the host's own address may
+	// call: here the test client's 127.0.0.1 is outside 10.0.0.0/8.
+	host := netip.MustParseAddr("10.0.0.1")
+	e2 := newEnv(t, nil, func(o *Options) {
+		o.Subnet = netip.MustParsePrefix("10.0.0.0/8")
+		o.HostAddr = host
+		o.SandboxAt = func(a netip.Addr) (string, bool) { return "sb-a", true }
+	})
+	a2 := e2.grant("sb-a", "openai")
+	if resp, body := e2.call("/openai/chat/completions", "Authorization", "Bearer "+a2["OPENAI_API_KEY"], `{}`); resp.StatusCode != 401 {
+		t.Errorf("token from outside the sandbox network: got %d %s, want 401", resp.StatusCode, body)
+	}
+	e3 := newEnv(t, nil, func(o *Options) {
+		o.Subnet = netip.MustParsePrefix("127.0.0.0/8")
+		o.HostAddr = netip.MustParseAddr("127.0.0.1")
+		o.SandboxAt = func(a netip.Addr) (string, bool) { return "", false }
+	})
+	a3 := e3.grant("sb-a", "openai")
+	if resp, body := e3.call("/openai/chat/completions", "Authorization", "Bearer "+a3["OPENAI_API_KEY"], `{}`); resp.StatusCode != 200 {
+		t.Errorf("token from the host's own address: got %d %s, want 200", resp.StatusCode, body)
+	}
 }
 
 // TestRestart: tokens and usage survive a new Gateway on the same store,
@@ -554,7 +579,7 @@ func TestConfigKeyMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := g.providers["x"].keyValue; v != "Bearer sk-file-key" {
+	if v := *g.providers["x"].keyValue.Load(); v != "Bearer sk-file-key" {
 		t.Errorf("key from file: got %q", v)
 	}
 }
