@@ -155,6 +155,69 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
+// Reload re-reads the keys of the configured providers from where ps, the
+// providers as the config now has them, say they are (key_env, key_file)
+// and swaps them in: the next request upstream carries the new key;
+// requests in flight keep theirs. All keys are read before any is
+// swapped, so a key that cannot be read changes nothing. Other changes to
+// the providers (added, removed, new budgets or URLs) wait for a restart
+// and are listed as such.
+func (g *Gateway) Reload(ps []config.Provider) (wire.GatewayReload, error) {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	byName := map[string]config.Provider{}
+	for _, pc := range ps {
+		byName[pc.Name] = pc
+	}
+	res := wire.GatewayReload{Changed: []string{}, Unchanged: []string{}}
+	keys := map[string]string{}
+	for _, n := range g.names {
+		p := g.providers[n]
+		pc, ok := byName[n]
+		if !ok {
+			res.NeedsRestart = append(res.NeedsRestart, fmt.Sprintf("provider %s was removed from the config", n))
+			continue
+		}
+		delete(byName, n)
+		key, err := pc.ReadKey(g.opts.Getenv)
+		if err != nil {
+			return wire.GatewayReload{}, fmt.Errorf("reload gateway keys: %w", err)
+		}
+		keys[n] = key
+		if !sameSettings(p.cfg, pc) {
+			res.NeedsRestart = append(res.NeedsRestart, fmt.Sprintf("provider %s: settings other than its key changed", n))
+		}
+	}
+	for n := range byName {
+		res.NeedsRestart = append(res.NeedsRestart, fmt.Sprintf("provider %s was added to the config", n))
+	}
+	slices.Sort(res.NeedsRestart)
+	for _, n := range g.names {
+		key, ok := keys[n]
+		if !ok {
+			continue
+		}
+		p := g.providers[n]
+		old := *p.keyValue.Load()
+		p.setKey(key)
+		if *p.keyValue.Load() != old {
+			res.Changed = append(res.Changed, n)
+		} else {
+			res.Unchanged = append(res.Unchanged, n)
+		}
+	}
+	g.log.Info("reloaded gateway keys", "changed", res.Changed, "unchanged", res.Unchanged, "needsRestart", res.NeedsRestart)
+	return res, nil
+}
+
+// sameSettings compares two provider configs but for where the key is.
+func sameSettings(a, b config.Provider) bool {
+	a.KeyEnv, a.KeyFile, b.KeyEnv, b.KeyFile = "", "", "", ""
+	return a.Name == b.Name && a.Kind == b.Kind && a.BaseURL == b.BaseURL && a.Header == b.Header && a.Format == b.Format &&
+		a.BudgetRequests == b.BudgetRequests && a.BudgetTokens == b.BudgetTokens && a.RatePerMinute == b.RatePerMinute &&
+		a.Timeout == b.Timeout && a.DefaultMaxTokens == b.DefaultMaxTokens && slices.Equal(a.Paths, b.Paths)
+}
+
 // Enabled reports whether any provider is configured.
 func (g *Gateway) Enabled() bool { return len(g.providers) > 0 }
 

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -581,5 +582,63 @@ func TestConfigKeyMissing(t *testing.T) {
 	}
 	if v := *g.providers["x"].keyValue.Load(); v != "Bearer sk-file-key" {
 		t.Errorf("key from file: got %q", v)
+	}
+}
+
+// TestReloadKeys: a reload swaps in the key its file now holds; one that
+// cannot be read changes nothing; other changes are only reported.
+func TestReloadKeys(t *testing.T) {
+	t.Parallel()
+	f := filepath.Join(t.TempDir(), "openai.key")
+	if err := os.WriteFile(f, []byte(gatewaytest.OpenAIKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fileKey := func(p *config.Provider) {
+		if p.Name == "openai" {
+			p.KeyEnv, p.KeyFile = "", f
+		}
+	}
+	e := newEnv(t, fileKey, nil)
+	vars := e.grant("sb-1", "openai")
+	auth := "Bearer " + vars["OPENAI_API_KEY"]
+	const rotated = "sk-fake-openai-ROTATED-1b2c"
+	os.WriteFile(f, []byte(rotated+"\n"), 0o600)
+	if resp, _ := e.call("/openai/chat/completions", "Authorization", auth, `{}`); resp.StatusCode != 200 {
+		t.Fatalf("before the reload: got %d, want 200 with the key read at start", resp.StatusCode)
+	}
+	e.up.SetOpenAIKey(rotated)
+	res, err := e.g.Reload(providers(e.up, fileKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Changed, []string{"openai"}) || len(res.NeedsRestart) != 0 {
+		t.Errorf("reload: got %+v, want openai changed and nothing else", res)
+	}
+	if resp, body := e.call("/openai/chat/completions", "Authorization", auth, `{}`); resp.StatusCode != 200 {
+		t.Errorf("after the reload: got %d %s", resp.StatusCode, body)
+	}
+	if last, _ := e.up.Last(); last.Header.Get("Authorization") != "Bearer "+rotated {
+		t.Errorf("upstream got %q, want the new key", last.Header.Get("Authorization"))
+	}
+	// A key file gone: an error naming the provider, the keys in use stay.
+	os.Remove(f)
+	changed := providers(e.up, func(p *config.Provider) { fileKey(p); p.BudgetTokens = 5 })
+	if _, err := e.g.Reload(changed); err == nil || !strings.Contains(err.Error(), `"openai"`) {
+		t.Errorf("reload with the key file gone: got %v, want an error naming openai", err)
+	}
+	if resp, _ := e.call("/openai/chat/completions", "Authorization", auth, `{}`); resp.StatusCode != 200 {
+		t.Errorf("after a failed reload: got %d, want 200 with the key in use", resp.StatusCode)
+	}
+	os.WriteFile(f, []byte(rotated), 0o600)
+	res, err = e.g.Reload(changed[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The budget changed for openai and anthropic; other was removed.
+	if len(res.Changed) != 0 || len(res.NeedsRestart) != 3 || !strings.Contains(strings.Join(res.NeedsRestart, ";"), "other was removed") {
+		t.Errorf("reload with budgets changed and a provider removed: got %+v, want all three listed as needing a restart", res)
+	}
+	if logs := e.log.String(); strings.Contains(logs, rotated) {
+		t.Error("the log holds the new key")
 	}
 }
