@@ -46,10 +46,13 @@ type Options struct {
 	// Subnet and SandboxAt, when set, tie a token to its sandbox's address:
 	// a request from an address in Subnet must come from the box of the
 	// token's sandbox. SandboxAt returns the sandbox at an address.
-	// HostAddr, the host's own address on that network, is let through.
-	Subnet    netip.Prefix
-	HostAddr  netip.Addr
-	SandboxAt func(netip.Addr) (string, bool)
+	// HostAddr, the host's own address on that network, is let through,
+	// and so are the host's other addresses (IsHostAddr; the host's
+	// interface addresses if nil); every other source is refused.
+	Subnet     netip.Prefix
+	HostAddr   netip.Addr
+	SandboxAt  func(netip.Addr) (string, bool)
+	IsHostAddr func(netip.Addr) bool
 	// MaxConcurrent caps one sandbox's requests in flight, all providers
 	// together; config.DefaultGatewayMaxConcurrent if 0.
 	MaxConcurrent int

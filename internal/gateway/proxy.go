@@ -167,11 +167,13 @@ func (g *Gateway) release(sandbox string) {
 }
 
 // fromSandbox checks the source address of a request against the token's
-// sandbox: it must be that sandbox's address on the sandbox network, or
-// the host's own address there (the host holds the keys anyway: the
-// operator's and benchmarks' calls). Any other source, such as a
-// container on another network or another machine that routes to the
-// gateway address, is refused even with a valid token.
+// sandbox: on the sandbox network it must be that sandbox's address (or
+// the host's own address there); from outside that network it must be one
+// of the host's own addresses (the host holds the keys anyway: the
+// operator's and benchmarks' calls, whose source the kernel picks among
+// the host's addresses). Any other source, such as a container on another
+// network or another machine that routes to the gateway address, is
+// refused even with a valid token.
 func (g *Gateway) fromSandbox(r *http.Request, id string) bool {
 	if g.opts.SandboxAt == nil || !g.opts.Subnet.IsValid() {
 		return true
@@ -185,10 +187,32 @@ func (g *Gateway) fromSandbox(r *http.Request, id string) bool {
 		return true
 	}
 	if !g.opts.Subnet.Contains(addr) {
-		return false
+		return g.hostAddr(addr)
 	}
 	got, ok := g.opts.SandboxAt(addr)
 	return ok && got == id
+}
+
+// hostAddr reports whether addr is one of the host's own addresses.
+func (g *Gateway) hostAddr(addr netip.Addr) bool {
+	if g.opts.IsHostAddr != nil {
+		return g.opts.IsHostAddr(addr)
+	}
+	if addr.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == addr {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // finish settles a proxied request: its reservation is released and it

@@ -510,17 +510,30 @@ func TestProxySourceAddress(t *testing.T) {
 		t.Errorf("token from its own sandbox: got %d %s", resp.StatusCode, body)
 	}
 
-	// From outside the sandbox network only the host's own address may
-	// call: here the test client's 127.0.0.1 is outside 10.0.0.0/8.
+	// From outside the sandbox network only the host's own addresses may
+	// call: here the test client's 127.0.0.1 is outside 10.0.0.0/8 and
+	// counts as another machine.
 	host := netip.MustParseAddr("10.0.0.1")
 	e2 := newEnv(t, nil, func(o *Options) {
 		o.Subnet = netip.MustParsePrefix("10.0.0.0/8")
 		o.HostAddr = host
 		o.SandboxAt = func(a netip.Addr) (string, bool) { return "sb-a", true }
+		o.IsHostAddr = func(a netip.Addr) bool { return a == host }
 	})
 	a2 := e2.grant("sb-a", "openai")
 	if resp, body := e2.call("/openai/chat/completions", "Authorization", "Bearer "+a2["OPENAI_API_KEY"], `{}`); resp.StatusCode != 401 {
 		t.Errorf("token from outside the sandbox network: got %d %s, want 401", resp.StatusCode, body)
+	}
+	if !e2.g.hostAddr(netip.MustParseAddr("10.0.0.1")) || e2.g.hostAddr(netip.MustParseAddr("192.0.2.77")) {
+		t.Error("IsHostAddr not consulted")
+	}
+	e4 := newEnv(t, nil, func(o *Options) {
+		o.Subnet = netip.MustParsePrefix("10.0.0.0/8")
+		o.SandboxAt = func(a netip.Addr) (string, bool) { return "sb-a", true }
+	})
+	a4 := e4.grant("sb-a", "openai")
+	if resp, body := e4.call("/openai/chat/completions", "Authorization", "Bearer "+a4["OPENAI_API_KEY"], `{}`); resp.StatusCode != 200 {
+		t.Errorf("token from the host's loopback, outside the sandbox network: got %d %s, want 200", resp.StatusCode, body)
 	}
 	e3 := newEnv(t, nil, func(o *Options) {
 		o.Subnet = netip.MustParsePrefix("127.0.0.0/8")
