@@ -68,7 +68,8 @@ func TestHostileAgent(t *testing.T) {
 	}
 	for _, call := range calls {
 		wg.Go(func() {
-			for {
+			// Also ends with the test, if it stops before close(stop).
+			for ctx.Err() == nil {
 				select {
 				case <-stop:
 					return
@@ -101,10 +102,6 @@ func TestHostileAgent(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	if t.Failed() {
-		// Stop the attack now rather than after its time.
-		d.C.DeleteSandbox(context.Background(), hostile.ID)
-	}
 	peak := daemonMemKiB(t, d, "VmHWM")
 	t.Logf("during the attack: RSS at most %d KiB (peak %d), %d goroutines at most, %d execs in the neighbour", maxRSS, peak, maxG, execs)
 	if peak > baseRSS+maxGrowthKiB {
@@ -115,6 +112,12 @@ func TestHostileAgent(t *testing.T) {
 	// goroutines until its health check times out.
 	if maxG > baseG+500 {
 		t.Errorf("goroutines during the attack: got %d, want at most %d + 500", maxG, baseG)
+	}
+	if t.Failed() {
+		// Stop the attack now rather than after its time; what follows
+		// needs the attack to have been survived.
+		d.C.DeleteSandbox(context.Background(), hostile.ID)
+		return
 	}
 
 	// After the attack: the goroutines come back, the hostile sandbox's
