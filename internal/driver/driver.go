@@ -72,6 +72,10 @@ type Status struct {
 	ExitCode  int
 	OOMKilled bool
 	StartedAt time.Time
+	// Pid is the host's process id of the box's first process while it
+	// runs (0 otherwise, or when the backend has none): the host enters
+	// the box's namespaces through it.
+	Pid int
 }
 
 // Info describes the backend for /v1/host.

@@ -287,7 +287,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	}
 	if req.Repo != nil {
 		progress("cloning " + redact.URLWithoutUserinfo(req.Repo.URL))
-		res, err := m.cloneInto(ctx, conn, *req.Repo)
+		res, err := m.cloneInto(ctx, sb.ID, sb.Egress, spec.DNS, conn, *req.Repo)
 		if err != nil {
 			return fail(err)
 		}

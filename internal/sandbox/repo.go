@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -23,11 +24,14 @@ import (
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
-// cloneInto clones repo on the host and streams the tree, .git included,
-// into the sandbox's workspace through the agent. Cloning on the host keeps
-// git credentials out of the sandbox and needs no git in the image; the
-// origin remote left behind has no credentials in it.
-func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire.Repo) (wire.RepoResult, error) {
+// cloneInto clones repo with the host's git, in the network of the running
+// box id (netns.go) whose resolvers are dns, and streams the tree, .git
+// included, into the sandbox's workspace through the agent. Cloning with
+// the host's git keeps git credentials out of the sandbox and needs no git
+// in the image; the origin remote left behind has no credentials in it.
+// Running it in the box's network puts it under the box's egress policy:
+// the host fetches for a sandbox only what the sandbox could fetch itself.
+func (m *Manager) cloneInto(ctx context.Context, id string, egress *wire.EgressPolicy, dns []netip.Addr, conn *agentconn.Conn, repo wire.Repo) (wire.RepoResult, error) {
 	tmpRoot := filepath.Join(m.opts.DataDir, "tmp")
 	if err := os.MkdirAll(tmpRoot, 0o700); err != nil {
 		return wire.RepoResult{}, fmt.Errorf("create temp dir: %w", err)
@@ -42,9 +46,23 @@ func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire
 		return wire.RepoResult{}, fmt.Errorf("create temp dir: %w", err)
 	}
 	defer os.RemoveAll(home)
-	env := gitEnv(home, m.opts.AllowLocalRepos)
+	etc, err := os.MkdirTemp(tmpRoot, "etc-")
+	if err != nil {
+		return wire.RepoResult{}, fmt.Errorf("create temp dir: %w", err)
+	}
+	defer os.RemoveAll(etc)
+	binds, err := netNSFiles(etc, dns)
+	if err != nil {
+		return wire.RepoResult{}, fmt.Errorf("write the clone's resolver files: %w", err)
+	}
+	ns, err := m.boxNetNS(ctx, id)
+	if err != nil {
+		return wire.RepoResult{}, err
+	}
+	defer ns.Close()
+	g := gitRunner{env: gitEnv(home, m.opts.AllowLocalRepos), start: func(cmd *exec.Cmd) error { return startInNetNS(cmd, ns, binds) }}
 	git := func(ctx context.Context, dir, rawURL string, args ...string) error {
-		return runGit(ctx, env, dir, rawURL, args...)
+		return g.run(ctx, dir, rawURL, args...)
 	}
 	safe := redact.URLWithoutUserinfo(repo.URL)
 	// The host-side git work has its own deadline: a remote that accepts
@@ -55,13 +73,18 @@ func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire
 	defer cancel()
 	timedOut := func(err error) error {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && outer.Err() == nil {
-			return fmt.Errorf("git did not finish within %s (the daemon's git_timeout): check that the remote answers from the daemon's host, or raise --git-timeout (HOTCELL_GIT_TIMEOUT) for a very large repository: %w",
+			return fmt.Errorf("git did not finish within %s (the daemon's git_timeout): check that the remote answers from the sandbox's network (the clone runs under its egress policy), or raise --git-timeout (HOTCELL_GIT_TIMEOUT) for a very large repository: %w",
 				m.opts.GitTimeout, errdefs.ErrDeadlineExceeded)
 		}
 		return err
 	}
 	if err := git(ctx, "", repo.URL, "clone", "--quiet", "--", repo.URL, dir); err != nil {
-		return wire.RepoResult{}, fmt.Errorf("clone %s: %w", safe, timedOut(err))
+		if ctx.Err() != nil {
+			return wire.RepoResult{}, fmt.Errorf("clone %s: %w", safe, timedOut(err))
+		}
+		// The URL the client gave cannot be cloned from where the sandbox
+		// is: its fault to fix (the URL, or the sandbox's egress policy).
+		return wire.RepoResult{}, errdefs.Invalid("repo.url", "clone %s: %v; the clone runs in the sandbox's network, under its egress policy (%s)", safe, err, egressHint(egress))
 	}
 	if repo.Ref != "" {
 		if err := git(ctx, dir, repo.URL, "checkout", "--quiet", repo.Ref, "--"); err != nil {
@@ -81,7 +104,7 @@ func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire
 	if err := git(ctx, dir, repo.URL, "remote", "set-url", "origin", safe); err != nil {
 		return wire.RepoResult{}, fmt.Errorf("remove credentials from origin: %w", timedOut(err))
 	}
-	out, err := gitOutput(ctx, env, dir, "rev-parse", "HEAD")
+	out, err := g.output(ctx, dir, "rev-parse", "HEAD")
 	if err != nil {
 		return wire.RepoResult{}, fmt.Errorf("read cloned commit: %w", timedOut(err))
 	}
@@ -89,6 +112,20 @@ func (m *Manager) cloneInto(ctx context.Context, conn *agentconn.Conn, repo wire
 		return wire.RepoResult{}, fmt.Errorf("copy clone of %s into sandbox: %w", safe, err)
 	}
 	return wire.RepoResult{URL: safe, Ref: repo.Ref, Commit: strings.TrimSpace(out)}, nil
+}
+
+// egressHint says what egress policy p lets a clone reach.
+func egressHint(p *wire.EgressPolicy) string {
+	switch {
+	case p == nil:
+		return "the engine's default network"
+	case p.Mode == wire.EgressNone:
+		return "mode none: no network; use mode open, or allowlist with the repository's host"
+	case p.Mode == wire.EgressAllowlist:
+		return "mode allowlist: only the hosts it allows"
+	default:
+		return "mode " + p.Mode + ": the internet, not the daemon's host or its loopback"
+	}
 }
 
 // gitEnv is the whole environment of the host-side git: the daemon's own
@@ -123,24 +160,38 @@ func gitEnv(home string, allowLocal bool) []string {
 	}
 }
 
-// gitCommand runs git in its own process group: git hands the network to
+// gitRunner runs git with env; start starts each command (in a box's
+// network).
+type gitRunner struct {
+	env   []string
+	start func(*exec.Cmd) error
+}
+
+// command is git in its own process group: git hands the network to
 // helpers (git-remote-http, ssh) that hold its pipes, so the end of ctx
 // kills them all, and Wait gives up on the pipes soon after.
-func gitCommand(ctx context.Context, env []string, dir string, args ...string) *exec.Cmd {
+func (g gitRunner) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
-	cmd.Env = env
+	cmd.Env = g.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
 
-func runGit(ctx context.Context, env []string, dir, rawURL string, args ...string) error {
-	cmd := gitCommand(ctx, env, dir, args...)
+func (g gitRunner) exec(cmd *exec.Cmd) error {
+	if err := g.start(cmd); err != nil {
+		return err
+	}
+	return cmd.Wait()
+}
+
+func (g gitRunner) run(ctx context.Context, dir, rawURL string, args ...string) error {
+	cmd := g.command(ctx, dir, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	if err := g.exec(cmd); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		// git may echo the URL it was given, credentials and all.
 		if rawURL != "" {
@@ -157,10 +208,12 @@ func runGit(ctx context.Context, env []string, dir, rawURL string, args ...strin
 	return nil
 }
 
-func gitOutput(ctx context.Context, env []string, dir string, args ...string) (string, error) {
-	cmd := gitCommand(ctx, env, dir, args...)
-	out, err := cmd.Output()
-	return string(out), err
+func (g gitRunner) output(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := g.command(ctx, dir, args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	err := g.exec(cmd)
+	return out.String(), err
 }
 
 // putTree streams dir as a tar into the sandbox directory dst.

@@ -103,6 +103,7 @@ type internet struct {
 	metadataOther []netip.Addr
 	private       netip.Addr // 198.18.X.10
 	udpLog        string
+	ns            string // its name, for ip netns exec
 }
 
 // metadataRoutes are addresses outside the namespace's /28 that the host
@@ -149,6 +150,7 @@ func newInternet(t *testing.T) *internet {
 		in.metadataOther = append(in.metadataOther, netip.MustParseAddr(a))
 	}
 	ns, vh, vp := "hce2e-"+id, "hce"+id, "hcp"+id
+	in.ns = ns
 
 	sh(t, "ip", "netns", "add", ns)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })

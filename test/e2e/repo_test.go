@@ -2,10 +2,9 @@ package e2e
 
 import (
 	"errors"
-	"net"
 	"net/http"
+	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hotcell/hotcell/client"
@@ -13,53 +12,21 @@ import (
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
-// silentServer accepts TCP connections on loopback and never answers: a
-// remote that stalls a git clone.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // TestRepoCloneTimeout: a remote that accepts and never answers fails the
 // create after the daemon's git timeout with an error that names it and
 // what to do, leaves nothing behind, and the daemon goes on serving.
 func TestRepoCloneTimeout(t *testing.T) {
 	testenv.RequireTool(t, "git")
+	testenv.RequireRoot(t, "the stalled remote is in a network namespace the test makes")
+	// The clone runs in the sandbox's network: the remote is in the test
+	// internet, which an open sandbox reaches.
+	in := newInternet(t)
+	silent := netip.AddrPortFrom(in.allowed, 8081)
+	startRepoServer(t, in, "", nil, silent)
 	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{"--git-timeout", "3s", "--allow-local-repos"}})
 	t.Cleanup(d.Close)
 	ctx := t.Context()
-	addr := silentServer(t)
+	addr := silent.String()
 	for _, url := range []string{"git://" + addr + "/x", "http://" + addr + "/x.git"} {
 		_, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Repo: &client.Repo{URL: url}})
 		var ae *client.APIError

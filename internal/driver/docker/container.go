@@ -389,6 +389,7 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Status, error) 
 		st.ExitCode = s.ExitCode
 		st.OOMKilled = s.OOMKilled
 		st.StartedAt = parseTime(s.StartedAt)
+		st.Pid = s.Pid
 	}
 	return st, nil
 }
