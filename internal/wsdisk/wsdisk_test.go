@@ -2,6 +2,7 @@ package wsdisk
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -21,10 +22,13 @@ func openPool(t *testing.T) *Pool {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() {
-		// A failed test must not leave loop mounts behind.
+		// A failed test must not leave loop mounts behind. Not t.Context():
+		// it is cancelled before cleanups run.
 		ids, _ := p.IDs()
 		for _, id := range ids {
-			_ = p.Remove(t.Context(), id)
+			if err := p.Remove(context.Background(), id); err != nil {
+				t.Errorf("remove disk %s: %v", id, err)
+			}
 		}
 	})
 	return p
