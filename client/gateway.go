@@ -16,7 +16,17 @@ type (
 	GatewayCredential   = wire.GatewayCredential
 	GatewayProvider     = wire.GatewayProvider
 	GatewayProviderList = wire.GatewayProviderList
+	GatewayReload       = wire.GatewayReload
 )
+
+// ReloadGateway makes the daemon re-read its LLM providers' keys (from
+// key_file, or key_env) without a restart: the next request upstream
+// uses the new key.
+func (c *Client) ReloadGateway(ctx context.Context) (GatewayReload, error) {
+	var out GatewayReload
+	err := c.doJSON(ctx, request{op: "reload gateway keys", method: http.MethodPost, path: "/v1/gateway/reload"}, nil, &out)
+	return out, err
+}
 
 // GatewayProviders lists the LLM providers configured on the daemon
 // (never their keys).

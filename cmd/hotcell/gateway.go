@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -51,6 +52,14 @@ func limit(n int64) string {
 		return "unlimited"
 	}
 	return fmt.Sprint(n)
+}
+
+// list joins names for a line of output, "-" for none.
+func list(names []string) string {
+	if len(names) == 0 {
+		return "-"
+	}
+	return strings.Join(names, ", ")
 }
 
 func (a *app) gatewayCmd() *cobra.Command {
@@ -127,6 +136,32 @@ sandbox runs, written to /.hotcell-state/gateway/PROVIDER.token inside it.`,
 			return err
 		},
 	}
-	cmd.AddCommand(providers, rotate, revoke)
+	reload := &cobra.Command{
+		Use:   "reload",
+		Short: "Re-read the providers' keys without a restart (as SIGHUP does)",
+		Long: `Make the daemon read its providers' keys again from their key_file (or
+key_env) as the config now names them, e.g. after rotating a key upstream.
+The next request upstream carries the new key; sandboxes and their tokens
+are untouched. Other changes to [[provider]] tables need a restart; they are
+listed. Sending the daemon SIGHUP does the same.`,
+		Example: `  hotcell gateway reload`,
+		Args:    requireArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.ReloadGateway(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "new key: %s\nsame key: %s\n", list(res.Changed), list(res.Unchanged))
+			for _, n := range res.NeedsRestart {
+				fmt.Fprintf(a.stderr, "needs a restart: %s\n", n)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(providers, rotate, revoke, reload)
 	return cmd
 }

@@ -242,7 +242,7 @@ func (c *Conn) adopt(nc net.Conn, handshakeDone func()) {
 		old.Close()
 	}
 	c.transport.CloseIdleConnections()
-	c.log.Debug("agent connected", "agentPid", h.PID, "version", h.Version)
+	c.logf(slog.LevelDebug, "agent connected", "agentPid", h.PID, "version", h.Version)
 
 	<-sess.CloseChan()
 	c.mu.Lock()
@@ -256,7 +256,7 @@ func (c *Conn) adopt(nc net.Conn, handshakeDone func()) {
 		c.logf(slog.LevelWarn, "agent session cut", "err", g.err)
 		return
 	}
-	c.log.Debug("agent session ended")
+	c.logf(slog.LevelDebug, "agent session ended")
 }
 
 // healthOn asks the agent on sess for its health, on a stream of its own.

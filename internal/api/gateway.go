@@ -22,6 +22,24 @@ func (s *Server) gatewayRoutes() {
 	s.handle("GET /v1/sandboxes/{id}/usage", s.sandboxUsage)
 	s.handle("POST /v1/sandboxes/{id}/gateway/{provider}/rotate", s.rotateGatewayToken)
 	s.handle("DELETE /v1/sandboxes/{id}/gateway/{provider}", s.revokeGateway)
+	s.handle("POST /v1/gateway/reload", s.reloadGateway)
+}
+
+// reloadGateway re-reads the providers' keys (key rotation without a
+// restart), as SIGHUP does.
+func (s *Server) reloadGateway(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.gateway(); err != nil {
+		return err
+	}
+	if s.opts.ReloadGateway == nil {
+		return fmt.Errorf("llm gateway reload: %w", errdefs.ErrNotImplemented)
+	}
+	res, err := s.opts.ReloadGateway(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
 // validateGateway checks a create request's providers at the edge: an

@@ -63,6 +63,9 @@ type Options struct {
 	Backups Backups
 	// Gateway is the LLM gateway; nil answers its routes with 501.
 	Gateway Gateway
+	// ReloadGateway re-reads the gateway providers' keys from the config
+	// (POST /v1/gateway/reload); nil answers 501.
+	ReloadGateway func(ctx context.Context) (wire.GatewayReload, error)
 	// StreamWriteTimeout bounds each write of a streamed answer (NDJSON
 	// lines, pass-through chunks): a client that stops reading for this
 	// long loses its stream, and the work behind it stops. 0 means

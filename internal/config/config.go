@@ -123,8 +123,14 @@ type Config struct {
 	// config file and of ProvidersFile; gateway.go).
 	Providers     []Provider
 	ProvidersFile string
+	// GatewayMaxConcurrent caps one sandbox's requests in flight through
+	// the LLM gateway, all providers together (gateway.go).
+	GatewayMaxConcurrent string
 	// providersFileRead keeps a second Validate from reading it again.
 	providersFileRead bool
+	// reload, set by Load, loads the configuration again from the same
+	// flags, environment and files (Reload).
+	reload func() (Config, error)
 
 	// sources maps a setting's key to where its value came from.
 	sources map[string]string
@@ -219,6 +225,7 @@ var settings = []setting{
 	{"lifetime_action", kindString, "default lifetime action: stop, pause or destroy", func(c *Config) any { return &c.LifetimeAction }},
 	{"orphan_grace", kindDuration, "how long a box of this daemon with no record is kept before removal (0: at once)", func(c *Config) any { return &c.OrphanGrace }},
 	{"providers_file", kindString, "TOML file of [[provider]] tables: the LLM gateway's upstreams", func(c *Config) any { return &c.ProvidersFile }},
+	{"gateway_max_concurrent", kindString, "most LLM gateway requests one sandbox may have in flight, all providers together; more get a 429", func(c *Config) any { return &c.GatewayMaxConcurrent }},
 	{"engine_restart_policy", kindString, "sandboxes that ran when the engine restarted: restart or mark (stopped)", func(c *Config) any { return &c.EngineRestart }},
 }
 
@@ -263,6 +270,8 @@ func Default() Config {
 		EgressSubnet:      DefaultEgressSubnet,
 		EgressDefaultMode: DefaultEgressMode,
 		EgressGatewayPort: DefaultEgressGatewayPort,
+
+		GatewayMaxConcurrent: DefaultGatewayMaxConcurrent,
 	}
 }
 
@@ -316,6 +325,7 @@ func Load(fs *pflag.FlagSet, getenv func(string) string) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
+	c.reload = func() (Config, error) { return Load(fs, getenv) }
 	return c, nil
 }
 

@@ -85,6 +85,8 @@ func TestDefaults(t *testing.T) {
 
 		EgressNetwork: "hotcell-egress", EgressSubnet: "10.213.0.0/16", EgressDefaultMode: "open", EgressGatewayPort: "8090",
 		EgressDNSUpstream: got.EgressDNSUpstream, // the host's resolv.conf
+
+		GatewayMaxConcurrent: "8",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

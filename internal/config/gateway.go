@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,13 @@ const (
 // upstream's response headers. A non-streamed completion sends its headers
 // only when it is done, so this is minutes, not seconds.
 const DefaultProviderTimeout = 5 * time.Minute
+
+// DefaultMaxTokens is what the gateway reserves of a token budget for the
+// answer of a request that names no max_tokens (default_max_tokens).
+const DefaultMaxTokens = 4096
+
+// DefaultGatewayMaxConcurrent is gateway_max_concurrent's default.
+const DefaultGatewayMaxConcurrent = "8"
 
 // Provider is one upstream of the LLM gateway: a `[[provider]]` table in
 // the config file or in the file named by providers_file. The key itself is
@@ -51,6 +59,13 @@ type Provider struct {
 	// Timeout bounds the wait for the upstream's response headers, as a
 	// duration such as "90s"; empty is DefaultProviderTimeout.
 	Timeout string `toml:"timeout"`
+	// Paths are the API paths, relative to BaseURL, that sandboxes may
+	// call: "[METHOD ]path", path ending in "/*" for everything under it.
+	// Empty is the kind's default (DefaultPaths).
+	Paths []string `toml:"paths"`
+	// DefaultMaxTokens is reserved of the token budget for the answer of a
+	// request without max_tokens; 0 is DefaultMaxTokens.
+	DefaultMaxTokens int64 `toml:"default_max_tokens"`
 
 	// source is where the entry came from, for error messages.
 	source string
@@ -84,7 +99,7 @@ func (c *Config) applyProviders(data []byte, path string) error {
 	}
 	for _, k := range md.Undecoded() {
 		if len(k) > 0 && k[0] == "provider" {
-			return fmt.Errorf("config: %s: unknown key %q in [[provider]] (known: name, kind, base_url, key_env, key_file, header, format, budget_requests, budget_tokens, rate_per_minute, timeout)", path, k.String())
+			return fmt.Errorf("config: %s: unknown key %q in [[provider]] (known: name, kind, base_url, key_env, key_file, header, format, budget_requests, budget_tokens, rate_per_minute, timeout, paths, default_max_tokens)", path, k.String())
 		}
 	}
 	for i := range pf.Provider {
@@ -106,6 +121,9 @@ func (c *Config) validateProviders(bad func(key string, value any, format string
 			return err
 		}
 		c.providersFileRead = true
+	}
+	if n, err := strconv.Atoi(c.GatewayMaxConcurrent); err != nil || n < 1 || n > 10000 {
+		return bad("gateway_max_concurrent", c.GatewayMaxConcurrent, "must be a number from 1 to 10000")
 	}
 	seen := map[string]bool{}
 	for i := range c.Providers {
@@ -188,7 +206,88 @@ func (p *Provider) validate() error {
 			return fmt.Errorf("timeout %q must be a positive duration such as \"90s\"", p.Timeout)
 		}
 	}
+	if p.DefaultMaxTokens < 0 {
+		return fmt.Errorf("default_max_tokens must not be negative (0 is %d)", DefaultMaxTokens)
+	}
+	for i, pat := range p.Paths {
+		if _, _, err := ParsePathPattern(pat); err != nil {
+			return fmt.Errorf("paths[%d]: %v", i, err)
+		}
+	}
 	return nil
+}
+
+// DefaultPaths are the API paths a provider of a kind allows when its
+// config names none: the model calls (chat, completions, responses,
+// messages, embeddings) and the model list; not files, batches, vector
+// stores, fine-tuning or anything else the shared key could reach.
+func DefaultPaths(kind string) []string {
+	if kind == ProviderAnthropic {
+		return []string{"POST v1/messages", "POST v1/messages/count_tokens", "POST v1/complete", "GET v1/models", "GET v1/models/*"}
+	}
+	return []string{"POST chat/completions", "POST completions", "POST responses", "POST embeddings", "GET models", "GET models/*"}
+}
+
+// AllowedPaths are the provider's paths, or its kind's default.
+func (p Provider) AllowedPaths() []string {
+	if len(p.Paths) > 0 {
+		return p.Paths
+	}
+	return DefaultPaths(p.Kind)
+}
+
+// MaxTokensDefault is DefaultMaxTokens of the provider, or the default.
+func (p Provider) MaxTokensDefault() int64 {
+	if p.DefaultMaxTokens > 0 {
+		return p.DefaultMaxTokens
+	}
+	return DefaultMaxTokens
+}
+
+// ParsePathPattern splits "[METHOD ]path" into the method (empty: any)
+// and the path without a leading slash. The path is plain segments, the
+// last of which may be "*" (everything under it).
+func ParsePathPattern(pat string) (method, path string, err error) {
+	pat = strings.TrimSpace(pat)
+	if m, rest, ok := strings.Cut(pat, " "); ok {
+		method, pat = m, strings.TrimSpace(rest)
+		if method == "" || strings.ToUpper(method) != method || strings.ContainsAny(method, "/*") {
+			return "", "", fmt.Errorf("%q: the method must be upper-case, as in \"POST chat/completions\"", pat)
+		}
+	}
+	path = strings.TrimPrefix(pat, "/")
+	if path == "" {
+		return "", "", fmt.Errorf("empty path")
+	}
+	segs := strings.Split(path, "/")
+	for i, s := range segs {
+		switch {
+		case s == "*" && i == len(segs)-1:
+		case s == "", s == ".", s == "..", strings.ContainsAny(s, "*%?#\\ "):
+			return "", "", fmt.Errorf("%q: segments are plain names; only the last may be *", pat)
+		}
+	}
+	return method, path, nil
+}
+
+// MaxConcurrent is gateway_max_concurrent as a number.
+func (c Config) MaxConcurrent() int {
+	n, err := strconv.Atoi(c.GatewayMaxConcurrent)
+	if err != nil || n < 1 {
+		n, _ = strconv.Atoi(DefaultGatewayMaxConcurrent)
+	}
+	return n
+}
+
+// Reload loads the configuration again as Load did (same flags, same
+// environment lookup, the files read anew), for a daemon that re-reads
+// its providers' keys without a restart. A Config not made by Load has
+// nothing to reload from.
+func (c Config) Reload() (Config, error) {
+	if c.reload == nil {
+		return Config{}, fmt.Errorf("config: not loaded from flags and files; nothing to reload")
+	}
+	return c.reload()
 }
 
 // ReadKey reads the provider's key from the environment or its file. The

@@ -151,6 +151,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Log:                log,
 		Backups:            bk,
 		Gateway:            gw,
+		ReloadGateway: func(context.Context) (wire.GatewayReload, error) {
+			return reloadGateway(cfg, gw)
+		},
 		Host: func(ctx context.Context) (wire.HostInfo, error) {
 			di, err := drv.Info(ctx)
 			if err != nil {
@@ -198,6 +201,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		g.Go(func() error { return serve("llm gateway", gwServer, gwListener) })
 	}
 	g.Go(func() error { return eg.Run(services) })
+	g.Go(func() error { return reloadOnSignal(services, cfg, gw, log) })
 	g.Go(func() error {
 		// Its last flush, at the end, fails only the usage it could not
 		// write; the daemon still stops cleanly.

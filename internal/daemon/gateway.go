@@ -2,19 +2,25 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/driver/docker"
 	"github.com/hotcell/hotcell/internal/egress"
+	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/gateway"
 	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // newGateway loads the LLM gateway's providers and tokens and, when it is
@@ -33,6 +39,8 @@ func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg *egr
 		HostAddr:   eg.Gateway(),
 		SandboxAt:  eg.SandboxAt,
 		Log:        log,
+
+		MaxConcurrent: cfg.MaxConcurrent(),
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -55,4 +63,36 @@ func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg *egr
 	}
 	log.Info("llm gateway serving", "addr", addr, "providers", g.Providers())
 	return g, hs, ln, nil
+}
+
+// reloadGateway re-reads the config as at start and swaps in the
+// providers' keys (POST /v1/gateway/reload, SIGHUP).
+func reloadGateway(cfg config.Config, gw *gateway.Gateway) (wire.GatewayReload, error) {
+	next, err := cfg.Reload()
+	if err != nil {
+		return wire.GatewayReload{}, fmt.Errorf("reload config: %w", errors.Join(errdefs.ErrInvalidArgument, err))
+	}
+	res, err := gw.Reload(next.Providers)
+	if err != nil {
+		return res, errors.Join(errdefs.ErrInvalidArgument, err)
+	}
+	return res, nil
+}
+
+// reloadOnSignal reloads the gateway's keys on every SIGHUP until ctx ends.
+func reloadOnSignal(ctx context.Context, cfg config.Config, gw *gateway.Gateway, log *slog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			if _, err := reloadGateway(cfg, gw); err != nil {
+				// The keys in use stay: a failed reload changes nothing.
+				log.Warn("SIGHUP: reload gateway keys", "err", err)
+			}
+		}
+	}
 }

@@ -46,10 +46,16 @@ type Options struct {
 	// Subnet and SandboxAt, when set, tie a token to its sandbox's address:
 	// a request from an address in Subnet must come from the box of the
 	// token's sandbox. SandboxAt returns the sandbox at an address.
-	// HostAddr, the host's own address on that network, is let through.
-	Subnet    netip.Prefix
-	HostAddr  netip.Addr
-	SandboxAt func(netip.Addr) (string, bool)
+	// HostAddr, the host's own address on that network, is let through,
+	// and so are the host's other addresses (IsHostAddr; the host's
+	// interface addresses if nil); every other source is refused.
+	Subnet     netip.Prefix
+	HostAddr   netip.Addr
+	SandboxAt  func(netip.Addr) (string, bool)
+	IsHostAddr func(netip.Addr) bool
+	// MaxConcurrent caps one sandbox's requests in flight, all providers
+	// together; config.DefaultGatewayMaxConcurrent if 0.
+	MaxConcurrent int
 	// FlushInterval is how often usage counters are written; 2s if 0.
 	FlushInterval time.Duration
 	Log           *slog.Logger
@@ -74,6 +80,12 @@ type Gateway struct {
 	// flushMu orders usage writes against Forget, so that a write cannot
 	// bring back the counters of a destroyed sandbox.
 	flushMu sync.Mutex
+
+	maxConcurrent int
+	inflightMu    sync.Mutex
+	inflight      map[string]int // sandbox → requests in flight
+
+	reloadMu sync.Mutex // one Reload at a time
 }
 
 // key names one sandbox's access to one provider.
@@ -89,6 +101,9 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = 2 * time.Second
 	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = config.Config{GatewayMaxConcurrent: config.DefaultGatewayMaxConcurrent}.MaxConcurrent()
+	}
 	g := &Gateway{
 		opts:      opts,
 		log:       opts.Log.With("component", "gateway"),
@@ -96,6 +111,9 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		byHash:    map[[32]byte]key{},
 		grants:    map[key][32]byte{},
 		usage:     map[key]*counters{},
+
+		maxConcurrent: opts.MaxConcurrent,
+		inflight:      map[string]int{},
 	}
 	for _, pc := range opts.Providers {
 		p, err := newProvider(pc, opts.Getenv, g.log)
@@ -138,6 +156,69 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		g.usage[key{u.SandboxID, u.Provider}] = &counters{c: u.GatewayCounters}
 	}
 	return g, nil
+}
+
+// Reload re-reads the keys of the configured providers from where ps, the
+// providers as the config now has them, say they are (key_env, key_file)
+// and swaps them in: the next request upstream carries the new key;
+// requests in flight keep theirs. All keys are read before any is
+// swapped, so a key that cannot be read changes nothing. Other changes to
+// the providers (added, removed, new budgets or URLs) wait for a restart
+// and are listed as such.
+func (g *Gateway) Reload(ps []config.Provider) (wire.GatewayReload, error) {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	byName := map[string]config.Provider{}
+	for _, pc := range ps {
+		byName[pc.Name] = pc
+	}
+	res := wire.GatewayReload{Changed: []string{}, Unchanged: []string{}}
+	keys := map[string]string{}
+	for _, n := range g.names {
+		p := g.providers[n]
+		pc, ok := byName[n]
+		if !ok {
+			res.NeedsRestart = append(res.NeedsRestart, fmt.Sprintf("provider %s was removed from the config", n))
+			continue
+		}
+		delete(byName, n)
+		key, err := pc.ReadKey(g.opts.Getenv)
+		if err != nil {
+			return wire.GatewayReload{}, fmt.Errorf("reload gateway keys: %w", err)
+		}
+		keys[n] = key
+		if !sameSettings(p.cfg, pc) {
+			res.NeedsRestart = append(res.NeedsRestart, fmt.Sprintf("provider %s: settings other than its key changed", n))
+		}
+	}
+	for n := range byName {
+		res.NeedsRestart = append(res.NeedsRestart, fmt.Sprintf("provider %s was added to the config", n))
+	}
+	slices.Sort(res.NeedsRestart)
+	for _, n := range g.names {
+		key, ok := keys[n]
+		if !ok {
+			continue
+		}
+		p := g.providers[n]
+		old := *p.keyValue.Load()
+		p.setKey(key)
+		if *p.keyValue.Load() != old {
+			res.Changed = append(res.Changed, n)
+		} else {
+			res.Unchanged = append(res.Unchanged, n)
+		}
+	}
+	g.log.Info("reloaded gateway keys", "changed", res.Changed, "unchanged", res.Unchanged, "needsRestart", res.NeedsRestart)
+	return res, nil
+}
+
+// sameSettings compares two provider configs but for where the key is.
+func sameSettings(a, b config.Provider) bool {
+	a.KeyEnv, a.KeyFile, b.KeyEnv, b.KeyFile = "", "", "", ""
+	return a.Name == b.Name && a.Kind == b.Kind && a.BaseURL == b.BaseURL && a.Header == b.Header && a.Format == b.Format &&
+		a.BudgetRequests == b.BudgetRequests && a.BudgetTokens == b.BudgetTokens && a.RatePerMinute == b.RatePerMinute &&
+		a.Timeout == b.Timeout && a.DefaultMaxTokens == b.DefaultMaxTokens && slices.Equal(a.Paths, b.Paths)
 }
 
 // Enabled reports whether any provider is configured.

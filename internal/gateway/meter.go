@@ -178,6 +178,9 @@ func sum(vs ...*int64) *int64 {
 	return s
 }
 
+// reported says whether the answer carried any usage field.
+func (u *usageParser) reported() bool { return u.input != nil || u.out != nil || u.tot != nil }
+
 // result is the usage read so far; call it once the answer ended.
 func (u *usageParser) result() usage {
 	switch u.mode {
@@ -234,11 +237,13 @@ func (u *usageParser) parseJSON() {
 
 // counters are one sandbox's use of one provider, and its rate bucket.
 type counters struct {
-	mu     sync.Mutex
-	c      store.GatewayCounters
-	dirty  bool
-	bucket float64
-	filled time.Time
+	mu sync.Mutex
+	c  store.GatewayCounters
+	// reserved is what the calls in flight hold of the token budget.
+	reserved int64
+	dirty    bool
+	bucket   float64
+	filled   time.Time
 }
 
 // rejection says which budget refused a request.
@@ -248,10 +253,13 @@ type rejection struct {
 	retryAfter            time.Duration
 }
 
-// admit decides whether one more request may go upstream and counts it if
-// so. The token budget is checked against the usage of finished answers,
-// so requests in flight when it runs out may go over it by their own use.
-func (c *counters) admit(p *provider, now time.Time) *rejection {
+// admit decides whether one more request may go upstream and, if so,
+// counts it and reserves reserve tokens of the token budget until settle.
+// The token budget lets a call through while the used and reserved tokens
+// are below it and the call's own reservation fits in what is left plus
+// one default reservation (default_max_tokens): the calls let through can
+// go over the budget by at most that much, whatever they do.
+func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p.budgetRequests > 0 && c.c.Requests >= p.budgetRequests {
@@ -260,11 +268,23 @@ func (c *counters) admit(p *provider, now time.Time) *rejection {
 		return &rejection{code: "budget_exceeded", budget: "requests", limit: p.budgetRequests, used: c.c.Requests,
 			message: fmt.Sprintf("request budget of this sandbox for provider %s is used up: %d of %d requests", p.name, c.c.Requests, p.budgetRequests)}
 	}
-	if p.budgetTokens > 0 && c.c.TotalTokens >= p.budgetTokens {
-		c.c.Rejected++
-		c.dirty = true
-		return &rejection{code: "budget_exceeded", budget: "tokens", limit: p.budgetTokens, used: c.c.TotalTokens,
-			message: fmt.Sprintf("token budget of this sandbox for provider %s is used up: %d of %d tokens", p.name, c.c.TotalTokens, p.budgetTokens)}
+	if p.budgetTokens > 0 {
+		held := c.c.TotalTokens + c.reserved
+		if held >= p.budgetTokens {
+			c.c.Rejected++
+			c.dirty = true
+			msg := fmt.Sprintf("token budget of this sandbox for provider %s is used up: %d of %d tokens", p.name, c.c.TotalTokens, p.budgetTokens)
+			if c.reserved > 0 {
+				msg = fmt.Sprintf("token budget of this sandbox for provider %s is used up or held by requests in flight: %d of %d tokens used, %d reserved", p.name, c.c.TotalTokens, p.budgetTokens, c.reserved)
+			}
+			return &rejection{code: "budget_exceeded", budget: "tokens", limit: p.budgetTokens, used: c.c.TotalTokens, message: msg}
+		}
+		if left := p.budgetTokens - held; reserve > left+p.defaultMax {
+			c.c.Rejected++
+			c.dirty = true
+			return &rejection{code: "budget_exceeded", budget: "tokens", limit: p.budgetTokens, used: c.c.TotalTokens,
+				message: fmt.Sprintf("this request may use up to %d tokens (its input, estimated as body bytes / 4, and its max_tokens), more than the %d left of the token budget of this sandbox for provider %s: lower max_tokens", reserve, left, p.name)}
+		}
 	}
 	if p.rate > 0 {
 		// A token bucket of rate requests per minute, holding at most a
@@ -287,14 +307,25 @@ func (c *counters) admit(p *provider, now time.Time) *rejection {
 		c.bucket--
 	}
 	c.c.Requests++
+	c.reserved += reserve
 	c.dirty = true
 	return nil
 }
 
-// record adds a finished request's bytes and usage.
-func (c *counters) record(in, out int64, u usage, failed bool) {
+// reject counts a request refused before admit (concurrency cap).
+func (c *counters) reject() {
+	c.mu.Lock()
+	c.c.Rejected++
+	c.dirty = true
+	c.mu.Unlock()
+}
+
+// settle releases a finished request's reservation and adds its bytes
+// and the usage it is charged.
+func (c *counters) settle(reserve, in, out int64, u usage, failed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.reserved -= reserve
 	c.c.BytesIn += in
 	c.c.BytesOut += out
 	c.c.InputTokens += u.input

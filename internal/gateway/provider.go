@@ -8,6 +8,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/config"
@@ -22,7 +23,11 @@ type provider struct {
 	// present their token the same way (anthropic also as a bearer token).
 	header         string
 	prefix, suffix string
-	keyValue       string // the whole header value, key included
+	// keyValue is the whole header value, key included; a reload swaps it.
+	keyValue       atomic.Pointer[string]
+	cfg            config.Provider // as loaded, for Reload
+	paths          []pathRule
+	defaultMax     int64 // reserved for a call's answer when it names no max_tokens
 	budgetRequests int64
 	budgetTokens   int64
 	rate           int64
@@ -42,9 +47,22 @@ func newProvider(pc config.Provider, getenv func(string) string, log *slog.Logge
 	base.Path = strings.TrimSuffix(base.Path, "/")
 	base.RawPath = ""
 	p := &provider{
-		name: pc.Name, kind: pc.Kind, base: base,
+		name: pc.Name, kind: pc.Kind, base: base, cfg: pc,
 		budgetRequests: pc.BudgetRequests, budgetTokens: pc.BudgetTokens, rate: pc.RatePerMinute,
-		timeout: pc.TimeoutDuration(),
+		timeout: pc.TimeoutDuration(), defaultMax: pc.MaxTokensDefault(),
+	}
+	for _, pat := range pc.AllowedPaths() {
+		m, path, err := config.ParsePathPattern(pat)
+		if err != nil {
+			return nil, fmt.Errorf("provider %q: paths: %w", pc.Name, err)
+		}
+		r := pathRule{method: m, path: path}
+		if rest, ok := strings.CutSuffix(path, "/*"); ok {
+			r.path, r.prefix = rest+"/", true
+		} else if path == "*" {
+			r.path, r.prefix = "", true
+		}
+		p.paths = append(p.paths, r)
 	}
 	format := "{key}"
 	switch pc.Kind {
@@ -62,10 +80,40 @@ func newProvider(pc config.Provider, getenv func(string) string, log *slog.Logge
 		}
 	}
 	p.prefix, p.suffix, _ = strings.Cut(format, "{key}")
-	p.keyValue = p.prefix + key + p.suffix
+	p.setKey(key)
 	p.proxy = newProxy(p, log)
 	return p, nil
 }
+
+func (p *provider) setKey(key string) {
+	v := p.prefix + key + p.suffix
+	p.keyValue.Store(&v)
+}
+
+// pathRule is one allowed path: exact, or everything under path (which
+// then ends in "/") when prefix is set; any method if method is empty.
+type pathRule struct {
+	method, path string
+	prefix       bool
+}
+
+// allowed reports whether method and the unescaped path under the base
+// URL (with its leading slash) are among the provider's paths.
+func (p *provider) allowed(method, rest string) bool {
+	rest = strings.TrimPrefix(rest, "/")
+	for _, r := range p.paths {
+		if r.method != "" && r.method != method {
+			continue
+		}
+		if r.prefix && strings.HasPrefix(rest, r.path) && len(rest) > len(r.path) || !r.prefix && rest == r.path {
+			return true
+		}
+	}
+	return false
+}
+
+// pathList is the allowed paths as configured, for error messages.
+func (p *provider) pathList() string { return strings.Join(p.cfg.AllowedPaths(), ", ") }
 
 func (p *provider) budget() wire.GatewayBudget {
 	return wire.GatewayBudget{Requests: p.budgetRequests, Tokens: p.budgetTokens, RatePerMinute: p.rate}

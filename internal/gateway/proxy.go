@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,11 +26,14 @@ type reqState struct {
 	k      key
 	target *url.URL
 	c      *counters
+	call   callInfo
 
 	in     atomic.Int64 // request body bytes read
 	out    atomic.Int64 // response body bytes read
 	status int
-	usage  usageParser
+	// answered: the upstream's response headers came.
+	answered bool
+	usage    usageParser
 	// upstreamErr is the error the proxy answered with, if any.
 	upstreamErr string
 }
@@ -55,7 +59,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, start, name, k.sandbox, http.StatusUnauthorized, "unauthenticated", fmt.Sprintf("this token is for provider %q, not %q", k.provider, name), nil)
 		return
 	case !g.fromSandbox(r, k.sandbox):
-		g.refuse(w, r, start, name, k.sandbox, http.StatusUnauthorized, "unauthenticated", "this token belongs to another sandbox", nil)
+		g.refuse(w, r, start, name, k.sandbox, http.StatusUnauthorized, "unauthenticated", "this token belongs to another sandbox: it is accepted only from its own sandbox's address", nil)
 		return
 	}
 	target, err := p.target(rest, r.URL.RawQuery)
@@ -63,8 +67,26 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, start, name, k.sandbox, http.StatusBadRequest, "invalid_argument", err.Error(), nil)
 		return
 	}
+	if !p.allowed(r.Method, target.Path[len(p.base.Path):]) {
+		g.refuse(w, r, start, name, k.sandbox, http.StatusForbidden, "permission_denied",
+			fmt.Sprintf("%s %s is not an API path that provider %s lets sandboxes use (allowed: %s; the operator sets them with paths in its [[provider]] table)", r.Method, rest, name, p.pathList()), nil)
+		return
+	}
 	c := g.counter(k)
-	if rej := c.admit(p, time.Now()); rej != nil {
+	if !g.acquire(k.sandbox) {
+		c.reject()
+		g.refuse(w, r, start, name, k.sandbox, http.StatusTooManyRequests, "rate_limited",
+			fmt.Sprintf("this sandbox has %d LLM gateway requests in flight, the most it may (gateway_max_concurrent)", g.maxConcurrent),
+			map[string]any{"budget": "concurrency", "limit": g.maxConcurrent, "used": g.maxConcurrent})
+		return
+	}
+	defer g.release(k.sandbox)
+	call, err := g.prepare(r, p, target.Path[len(p.base.Path):])
+	if err != nil {
+		g.refuse(w, r, start, name, k.sandbox, http.StatusBadRequest, "invalid_argument", err.Error(), nil)
+		return
+	}
+	if rej := c.admit(p, time.Now(), call.reserve()); rej != nil {
 		if rej.retryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(rej.retryAfter.Seconds()+0.999)))
 		}
@@ -72,7 +94,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	st := &reqState{p: p, k: k, target: target, c: c}
+	st := &reqState{p: p, k: k, target: target, c: c, call: call}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &countingBody{ReadCloser: r.Body, n: &st.in}
 	}
@@ -83,9 +105,75 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	p.proxy.ServeHTTP(w, r)
 }
 
+// prepare reads what bounds a call's use from its body, before anything
+// is forwarded, and puts the body back for the proxy: rewritten with
+// stream_options.include_usage when the call streams OpenAI-style.
+func (g *Gateway) prepare(r *http.Request, p *provider, rest string) (callInfo, error) {
+	call := callInfo{metered: r.Method == http.MethodPost}
+	if !call.metered {
+		call.inEst = inputEstimate(max(r.ContentLength, 0))
+		return call, nil
+	}
+	if !noOutput(rest) {
+		call.maxOut = p.defaultMax
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return call, nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, maxInspect+1))
+	if err != nil {
+		return call, fmt.Errorf("read the request body: %v", err)
+	}
+	if len(buf) > maxInspect {
+		// Too big to hold: it streams on, unread, and reserves by size.
+		call.inEst = inputEstimate(max(r.ContentLength, int64(len(buf))))
+		call.unread = true
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+		return call, nil
+	}
+	f, body, injected, ok := inspect(buf, p.wantsUsageOption(rest))
+	if ok && !noOutput(rest) {
+		call.maxOut = f.maxOutput(p.defaultMax)
+	}
+	call.injected = injected
+	call.inEst = inputEstimate(int64(len(body)))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil
+	r.Header.Del("Content-Length")
+	return call, nil
+}
+
+// acquire takes one of a sandbox's gateway_max_concurrent slots.
+func (g *Gateway) acquire(sandbox string) bool {
+	g.inflightMu.Lock()
+	defer g.inflightMu.Unlock()
+	if g.inflight[sandbox] >= g.maxConcurrent {
+		return false
+	}
+	g.inflight[sandbox]++
+	return true
+}
+
+func (g *Gateway) release(sandbox string) {
+	g.inflightMu.Lock()
+	defer g.inflightMu.Unlock()
+	if g.inflight[sandbox]--; g.inflight[sandbox] <= 0 {
+		delete(g.inflight, sandbox)
+	}
+}
+
 // fromSandbox checks the source address of a request against the token's
-// sandbox: from the sandbox network it must be that sandbox's box. Calls
-// from the host itself (benchmarks, the operator) are not on that network.
+// sandbox: on the sandbox network it must be that sandbox's address (or
+// the host's own address there); from outside that network it must be one
+// of the host's own addresses (the host holds the keys anyway: the
+// operator's and benchmarks' calls, whose source the kernel picks among
+// the host's addresses). Any other source, such as a container on another
+// network or another machine that routes to the gateway address, is
+// refused even with a valid token.
 func (g *Gateway) fromSandbox(r *http.Request, id string) bool {
 	if g.opts.SandboxAt == nil || !g.opts.Subnet.IsValid() {
 		return true
@@ -95,30 +183,64 @@ func (g *Gateway) fromSandbox(r *http.Request, id string) bool {
 		return false
 	}
 	addr := ap.Addr().Unmap()
-	if !g.opts.Subnet.Contains(addr) || addr == g.opts.HostAddr {
+	if addr == g.opts.HostAddr {
 		return true
+	}
+	if !g.opts.Subnet.Contains(addr) {
+		return g.hostAddr(addr)
 	}
 	got, ok := g.opts.SandboxAt(addr)
 	return ok && got == id
 }
 
-// finish records a proxied request's usage and writes its audit line.
+// hostAddr reports whether addr is one of the host's own addresses.
+func (g *Gateway) hostAddr(addr netip.Addr) bool {
+	if g.opts.IsHostAddr != nil {
+		return g.opts.IsHostAddr(addr)
+	}
+	if addr.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == addr {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// finish settles a proxied request: its reservation is released and it
+// is charged its usage (settlement.charge), and its audit line written.
 func (g *Gateway) finish(r *http.Request, st *reqState, start time.Time) {
 	u := st.usage.result()
+	reported := st.usage.reported()
 	status := st.status
-	if r.Context().Err() != nil {
+	canceled := r.Context().Err() != nil
+	if canceled {
 		// The sandbox hung up; the proxy canceled the upstream request.
 		st.upstreamErr = "canceled by the sandbox"
 		if status == 0 {
 			status = 499
 		}
-		st.c.record(st.in.Load(), st.out.Load(), u, false)
-	} else {
-		st.c.record(st.in.Load(), st.out.Load(), u, st.upstreamErr != "")
 	}
+	// Cut: the upstream answered and the answer did not end normally.
+	// A call canceled before any answer came counts as cut too: its input
+	// was sent.
+	cut := canceled || st.answered && st.upstreamErr != ""
+	charged := settlement{call: st.call, status: st.status, cut: cut, inBytes: st.in.Load(), outBytes: st.out.Load(), reported: reported, sse: st.usage.mode == modeSSE, u: u}.charge()
+	st.c.settle(st.call.reserve(), st.in.Load(), st.out.Load(), charged, !canceled && st.upstreamErr != "")
 	attrs := []any{"sandbox", st.k.sandbox, "provider", st.p.name, "method", r.Method, "path", r.URL.Path,
 		"status", status, "ms", time.Since(start).Milliseconds(), "bytesIn", st.in.Load(), "bytesOut", st.out.Load(),
-		"inputTokens", u.input, "outputTokens", u.output, "totalTokens", u.total}
+		"inputTokens", charged.input, "outputTokens", charged.output, "totalTokens", charged.total}
+	if st.call.metered && (!reported || cut) {
+		attrs = append(attrs, "usageReported", reported, "reservedTokens", st.call.reserve())
+	}
 	if st.upstreamErr != "" {
 		attrs = append(attrs, "err", st.upstreamErr)
 	}
@@ -215,7 +337,7 @@ func newProxy(p *provider, log *slog.Logger) *httputil.ReverseProxy {
 			h.Del("Authorization")
 			h.Del("X-Api-Key")
 			h.Del(p.header)
-			h.Set(p.header, p.keyValue)
+			h.Set(p.header, *p.keyValue.Load())
 			// Identity encoding: the usage is read from the bytes as they pass.
 			h.Del("Accept-Encoding")
 			h.Del("Cookie")
@@ -223,6 +345,7 @@ func newProxy(p *provider, log *slog.Logger) *httputil.ReverseProxy {
 		ModifyResponse: func(resp *http.Response) error {
 			st := resp.Request.Context().Value(stateKey{}).(*reqState)
 			st.status = resp.StatusCode
+			st.answered = true
 			st.usage.contentType(resp.Header.Get("Content-Type"))
 			resp.Body = &meterBody{ReadCloser: resp.Body, st: st}
 			// The upstream's cookies are for the upstream's own clients.

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,10 +60,13 @@ type env struct {
 }
 
 func providers(up *gatewaytest.Upstream, mod func(*config.Provider)) []config.Provider {
+	// The fake upstream's test paths (errors, a slow answer, one that
+	// waits for a cancel) are allowed besides the defaults.
+	testPaths := append(config.DefaultPaths("openai"), "error/*", "slow", "GET wait-cancel")
 	ps := []config.Provider{
-		{Name: "openai", Kind: "openai", BaseURL: up.URL + "/v1", KeyEnv: "TEST_OPENAI_KEY"},
+		{Name: "openai", Kind: "openai", BaseURL: up.URL + "/v1", KeyEnv: "TEST_OPENAI_KEY", Paths: testPaths},
 		{Name: "anthropic", Kind: "anthropic", BaseURL: up.URL, KeyEnv: "TEST_ANTHROPIC_KEY"},
-		{Name: "other", Kind: "generic", BaseURL: up.URL + "/v1", KeyEnv: "TEST_OPENAI_KEY", Header: "Authorization", Format: "Bearer {key}"},
+		{Name: "other", Kind: "generic", BaseURL: up.URL + "/v1", KeyEnv: "TEST_OPENAI_KEY", Header: "Authorization", Format: "Bearer {key}", Paths: testPaths},
 	}
 	if mod != nil {
 		for i := range ps {
@@ -505,6 +509,41 @@ func TestProxySourceAddress(t *testing.T) {
 	if resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+a["OPENAI_API_KEY"], `{}`); resp.StatusCode != 200 {
 		t.Errorf("token from its own sandbox: got %d %s", resp.StatusCode, body)
 	}
+
+	// From outside the sandbox network only the host's own addresses may
+	// call: here the test client's 127.0.0.1 is outside 10.0.0.0/8 and
+	// counts as another machine.
+	host := netip.MustParseAddr("10.0.0.1")
+	e2 := newEnv(t, nil, func(o *Options) {
+		o.Subnet = netip.MustParsePrefix("10.0.0.0/8")
+		o.HostAddr = host
+		o.SandboxAt = func(a netip.Addr) (string, bool) { return "sb-a", true }
+		o.IsHostAddr = func(a netip.Addr) bool { return a == host }
+	})
+	a2 := e2.grant("sb-a", "openai")
+	if resp, body := e2.call("/openai/chat/completions", "Authorization", "Bearer "+a2["OPENAI_API_KEY"], `{}`); resp.StatusCode != 401 {
+		t.Errorf("token from outside the sandbox network: got %d %s, want 401", resp.StatusCode, body)
+	}
+	if !e2.g.hostAddr(netip.MustParseAddr("10.0.0.1")) || e2.g.hostAddr(netip.MustParseAddr("192.0.2.77")) {
+		t.Error("IsHostAddr not consulted")
+	}
+	e4 := newEnv(t, nil, func(o *Options) {
+		o.Subnet = netip.MustParsePrefix("10.0.0.0/8")
+		o.SandboxAt = func(a netip.Addr) (string, bool) { return "sb-a", true }
+	})
+	a4 := e4.grant("sb-a", "openai")
+	if resp, body := e4.call("/openai/chat/completions", "Authorization", "Bearer "+a4["OPENAI_API_KEY"], `{}`); resp.StatusCode != 200 {
+		t.Errorf("token from the host's loopback, outside the sandbox network: got %d %s, want 200", resp.StatusCode, body)
+	}
+	e3 := newEnv(t, nil, func(o *Options) {
+		o.Subnet = netip.MustParsePrefix("127.0.0.0/8")
+		o.HostAddr = netip.MustParseAddr("127.0.0.1")
+		o.SandboxAt = func(a netip.Addr) (string, bool) { return "", false }
+	})
+	a3 := e3.grant("sb-a", "openai")
+	if resp, body := e3.call("/openai/chat/completions", "Authorization", "Bearer "+a3["OPENAI_API_KEY"], `{}`); resp.StatusCode != 200 {
+		t.Errorf("token from the host's own address: got %d %s, want 200", resp.StatusCode, body)
+	}
 }
 
 // TestRestart: tokens and usage survive a new Gateway on the same store,
@@ -554,7 +593,65 @@ func TestConfigKeyMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := g.providers["x"].keyValue; v != "Bearer sk-file-key" {
+	if v := *g.providers["x"].keyValue.Load(); v != "Bearer sk-file-key" {
 		t.Errorf("key from file: got %q", v)
+	}
+}
+
+// TestReloadKeys: a reload swaps in the key its file now holds; one that
+// cannot be read changes nothing; other changes are only reported.
+func TestReloadKeys(t *testing.T) {
+	t.Parallel()
+	f := filepath.Join(t.TempDir(), "openai.key")
+	if err := os.WriteFile(f, []byte(gatewaytest.OpenAIKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fileKey := func(p *config.Provider) {
+		if p.Name == "openai" {
+			p.KeyEnv, p.KeyFile = "", f
+		}
+	}
+	e := newEnv(t, fileKey, nil)
+	vars := e.grant("sb-1", "openai")
+	auth := "Bearer " + vars["OPENAI_API_KEY"]
+	const rotated = "sk-fake-openai-ROTATED-1b2c"
+	os.WriteFile(f, []byte(rotated+"\n"), 0o600)
+	if resp, _ := e.call("/openai/chat/completions", "Authorization", auth, `{}`); resp.StatusCode != 200 {
+		t.Fatalf("before the reload: got %d, want 200 with the key read at start", resp.StatusCode)
+	}
+	e.up.SetOpenAIKey(rotated)
+	res, err := e.g.Reload(providers(e.up, fileKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Changed, []string{"openai"}) || len(res.NeedsRestart) != 0 {
+		t.Errorf("reload: got %+v, want openai changed and nothing else", res)
+	}
+	if resp, body := e.call("/openai/chat/completions", "Authorization", auth, `{}`); resp.StatusCode != 200 {
+		t.Errorf("after the reload: got %d %s", resp.StatusCode, body)
+	}
+	if last, _ := e.up.Last(); last.Header.Get("Authorization") != "Bearer "+rotated {
+		t.Errorf("upstream got %q, want the new key", last.Header.Get("Authorization"))
+	}
+	// A key file gone: an error naming the provider, the keys in use stay.
+	os.Remove(f)
+	changed := providers(e.up, func(p *config.Provider) { fileKey(p); p.BudgetTokens = 5 })
+	if _, err := e.g.Reload(changed); err == nil || !strings.Contains(err.Error(), `"openai"`) {
+		t.Errorf("reload with the key file gone: got %v, want an error naming openai", err)
+	}
+	if resp, _ := e.call("/openai/chat/completions", "Authorization", auth, `{}`); resp.StatusCode != 200 {
+		t.Errorf("after a failed reload: got %d, want 200 with the key in use", resp.StatusCode)
+	}
+	os.WriteFile(f, []byte(rotated), 0o600)
+	res, err = e.g.Reload(changed[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The budget changed for openai and anthropic; other was removed.
+	if len(res.Changed) != 0 || len(res.NeedsRestart) != 3 || !strings.Contains(strings.Join(res.NeedsRestart, ";"), "other was removed") {
+		t.Errorf("reload with budgets changed and a provider removed: got %+v, want all three listed as needing a restart", res)
+	}
+	if logs := e.log.String(); strings.Contains(logs, rotated) {
+		t.Error("the log holds the new key")
 	}
 }

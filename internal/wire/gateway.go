@@ -60,3 +60,12 @@ type GatewayProvider struct {
 type GatewayProviderList struct {
 	Providers []GatewayProvider `json:"providers"`
 }
+
+// GatewayReload is what a reload of the LLM gateway's keys did: the
+// providers whose key changed and those whose key is the same, and the
+// changes to the provider config that only a restart applies.
+type GatewayReload struct {
+	Changed      []string `json:"changed"`
+	Unchanged    []string `json:"unchanged"`
+	NeedsRestart []string `json:"needsRestart,omitempty"`
+}

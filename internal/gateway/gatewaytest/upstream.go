@@ -32,6 +32,10 @@ const (
 	StreamChunks = 3
 )
 
+// NoUsageModel is a model whose OpenAI-style answers never report their
+// usage, like an upstream that ignores stream_options. It still bills.
+const NoUsageModel = "no-usage"
+
 // Request is what the upstream received.
 type Request struct {
 	Method, Path, RawQuery string
@@ -43,16 +47,18 @@ type Request struct {
 type Upstream struct {
 	*httptest.Server
 
-	mu       sync.Mutex
-	reqs     []Request
-	hold     chan struct{} // when set, streams wait on it before their last event
-	held     chan struct{} // signalled when a stream waits on hold
-	canceled chan struct{} // /wait-cancel: closed when the client went away
+	mu        sync.Mutex
+	reqs      []Request
+	openaiKey string        // the key the OpenAI routes accept
+	billed    int64         // tokens of every answer given, reported or not
+	hold      chan struct{} // when set, streams wait on it before their last event
+	held      chan struct{} // signalled when a stream waits on hold
+	canceled  chan struct{} // /wait-cancel: closed when the client went away
 }
 
 // New starts a fake upstream on loopback; t.Cleanup closes it.
 func New(t interface{ Cleanup(func()) }) *Upstream {
-	u := &Upstream{held: make(chan struct{}, 16), canceled: make(chan struct{}, 16)}
+	u := &Upstream{held: make(chan struct{}, 16), canceled: make(chan struct{}, 16), openaiKey: OpenAIKey}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", u.openai)
 	mux.HandleFunc("POST /v1/messages", u.anthropic)
@@ -118,6 +124,29 @@ func (u *Upstream) Hold() (held <-chan struct{}, release func()) {
 	return u.held, func() { once.Do(func() { close(ch) }) }
 }
 
+// SetOpenAIKey makes the OpenAI routes accept key instead of OpenAIKey,
+// as an upstream does after its key was rotated.
+func (u *Upstream) SetOpenAIKey(key string) {
+	u.mu.Lock()
+	u.openaiKey = key
+	u.mu.Unlock()
+}
+
+// Billed is the total of the tokens of every answer the upstream began
+// (prompt and completion), whether or not the answer reported them: what
+// a real provider would bill the key for.
+func (u *Upstream) Billed() int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.billed
+}
+
+func (u *Upstream) bill(n int64) {
+	u.mu.Lock()
+	u.billed += n
+	u.mu.Unlock()
+}
+
 // Canceled receives when a /v1/wait-cancel request's client went away.
 func (u *Upstream) Canceled() <-chan struct{} { return u.canceled }
 
@@ -138,15 +167,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 type chatRequest struct {
-	Model         string `json:"model"`
-	Stream        bool   `json:"stream"`
+	Model string `json:"model"`
+	// MaxTokens, when set, is what the answer's completion uses: a model
+	// that always writes up to its limit.
+	MaxTokens     int64 `json:"max_tokens"`
+	Stream        bool  `json:"stream"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 }
 
 func (u *Upstream) openai(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Authorization") != "Bearer "+OpenAIKey {
+	u.mu.Lock()
+	key := u.openaiKey
+	u.mu.Unlock()
+	if r.Header.Get("Authorization") != "Bearer "+key {
 		writeJSON(w, 401, map[string]any{"error": map[string]any{"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}})
 		return
 	}
@@ -155,13 +190,22 @@ func (u *Upstream) openai(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]any{"error": map[string]any{"message": "bad json: " + err.Error()}})
 		return
 	}
-	usage := map[string]any{"prompt_tokens": OpenAIPrompt, "completion_tokens": OpenAICompletion, "total_tokens": OpenAIPrompt + OpenAICompletion}
+	completion := int64(OpenAICompletion)
+	if req.MaxTokens > 0 {
+		completion = req.MaxTokens
+	}
+	u.bill(OpenAIPrompt + completion)
+	usage := map[string]any{"prompt_tokens": OpenAIPrompt, "completion_tokens": completion, "total_tokens": OpenAIPrompt + completion}
 	if !req.Stream {
-		writeJSON(w, 200, map[string]any{
+		doc := map[string]any{
 			"id": "chatcmpl-fake", "object": "chat.completion", "model": req.Model,
 			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": "hello from the fake upstream"}, "finish_reason": "stop"}},
 			"usage":   usage,
-		})
+		}
+		if req.Model == NoUsageModel {
+			delete(doc, "usage")
+		}
+		writeJSON(w, 200, doc)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -182,7 +226,7 @@ func (u *Upstream) openai(w http.ResponseWriter, r *http.Request) {
 	last := chunk("last")
 	last["choices"].([]any)[0].(map[string]any)["finish_reason"] = "stop"
 	send(last)
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage && req.Model != NoUsageModel {
 		send(map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": []any{}, "usage": usage})
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
@@ -198,12 +242,17 @@ func (u *Upstream) anthropic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]any{"type": "error", "error": map[string]any{"type": "invalid_request_error", "message": err.Error()}})
 		return
 	}
+	completion := int64(AnthropicOut)
+	if req.MaxTokens > 0 {
+		completion = req.MaxTokens
+	}
+	u.bill(AnthropicInput + completion)
 	if !req.Stream {
 		writeJSON(w, 200, map[string]any{
 			"id": "msg_fake", "type": "message", "role": "assistant", "model": req.Model,
 			"content":     []any{map[string]any{"type": "text", "text": "hello from the fake upstream"}},
 			"stop_reason": "end_turn",
-			"usage":       map[string]any{"input_tokens": AnthropicInput, "output_tokens": AnthropicOut},
+			"usage":       map[string]any{"input_tokens": AnthropicInput, "output_tokens": completion},
 		})
 		return
 	}
@@ -223,6 +272,6 @@ func (u *Upstream) anthropic(w http.ResponseWriter, r *http.Request) {
 	}
 	u.waitHold()
 	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn"},
-		"usage": map[string]any{"output_tokens": AnthropicOut}})
+		"usage": map[string]any{"output_tokens": completion}})
 	send("message_stop", map[string]any{"type": "message_stop"})
 }
