@@ -90,8 +90,18 @@ func Open(ctx context.Context, dir string) (*Pool, error) {
 // Dir is the pool's directory.
 func (p *Pool) Dir() string { return p.dir }
 
-// Path is where id's disk is mounted (the source of the box's /workspace).
-func (p *Pool) Path(id string) string { return filepath.Join(p.dir, id) }
+// MountPoint is where id's disk is mounted.
+func (p *Pool) MountPoint(id string) string { return filepath.Join(p.dir, id) }
+
+// Path is the workspace on id's disk, the source of the box's /workspace:
+// a directory inside the disk's filesystem, not its root, so that when the
+// disk is not mounted (after a host reboot, before the daemon mounted it
+// again) the path does not exist and the engine refuses to start the box,
+// instead of binding the empty mount point on the host's own disk.
+func (p *Pool) Path(id string) string { return filepath.Join(p.dir, id, workspaceDir) }
+
+// workspaceDir is the workspace's directory on a disk.
+const workspaceDir = "workspace"
 
 func (p *Pool) image(id string) string { return filepath.Join(p.dir, id+imageExt) }
 
@@ -135,9 +145,14 @@ func (p *Pool) ensure(ctx context.Context, id string, size int64) (string, bool,
 		_ = p.remove(context.WithoutCancel(ctx), id)
 		return "", false, err
 	}
-	// ext4's lost+found would show in every workspace and its backups;
-	// e2fsck makes it again when it needs it.
-	_ = os.Remove(filepath.Join(p.Path(id), "lost+found"))
+	// ext4's lost+found would show in no workspace (that is a directory
+	// beside it), but it is of no use to anyone either; e2fsck makes it
+	// again when it needs it.
+	_ = os.Remove(filepath.Join(p.MountPoint(id), "lost+found"))
+	if err := os.Mkdir(p.Path(id), 0o755); err != nil {
+		_ = p.remove(context.WithoutCancel(ctx), id)
+		return "", false, fmt.Errorf("workspace disk %s: %w", id, err)
+	}
 	return p.Path(id), true, nil
 }
 
@@ -153,7 +168,15 @@ func makeImage(ctx context.Context, path string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("size disk image: %w", err)
 	}
-	return run(ctx, "mkfs.ext4", append(slices.Clone(mkfsArgs), path)...)
+	args := slices.Clone(mkfsArgs)
+	if size >= 512<<20 {
+		// One inode per 8 KiB instead of ext4's 16 KiB: a workspace of
+		// small files (node_modules) must not run out of inodes long
+		// before bytes. Unused inode tables cost the host nothing (the
+		// image is sparse); they take ~3% of the disk's own size.
+		args = append(args, "-i", "8192")
+	}
+	return run(ctx, "mkfs.ext4", append(args, path)...)
 }
 
 // Mount mounts id's disk if it has one and it is not mounted. ok is false
@@ -169,7 +192,7 @@ func (p *Pool) Mount(ctx context.Context, id string) (path string, ok bool, err 
 }
 
 func (p *Pool) mount(ctx context.Context, id string) error {
-	mp := p.Path(id)
+	mp := p.MountPoint(id)
 	if ok, err := Mounted(mp); err != nil || ok {
 		return err
 	}
@@ -192,7 +215,7 @@ func (p *Pool) Remove(ctx context.Context, id string) error {
 }
 
 func (p *Pool) remove(ctx context.Context, id string) error {
-	mp := p.Path(id)
+	mp := p.MountPoint(id)
 	if err := unmount(ctx, mp); err != nil {
 		return fmt.Errorf("unmount workspace disk %s: %w", id, err)
 	}

@@ -40,10 +40,11 @@ func TestDiskHoldsItsSize(t *testing.T) {
 	if err != nil || !created {
 		t.Fatalf("Ensure: created %v, err %v", created, err)
 	}
-	if ok, _ := Mounted(path); !ok {
-		t.Fatalf("%s is not mounted", path)
+	mp := p.MountPoint("sb1")
+	if ok, _ := Mounted(mp); !ok || filepath.Dir(path) != mp {
+		t.Fatalf("%s is not mounted, or %s is not on it", mp, path)
 	}
-	if _, err := os.Stat(filepath.Join(path, "lost+found")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(mp, "lost+found")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("lost+found: got %v, want it removed", err)
 	}
 	// Fill it: the write past its size fails with ENOSPC.
@@ -73,8 +74,13 @@ func TestDiskHoldsItsSize(t *testing.T) {
 
 	// Unmounted behind its back (a host reboot): MountAll brings it back
 	// with its content.
-	if err := unmount(t.Context(), path); err != nil {
+	if err := unmount(t.Context(), mp); err != nil {
 		t.Fatal(err)
+	}
+	// Unmounted, the workspace path is not there: an engine refuses to
+	// bind it rather than binding the host's empty mount point.
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("workspace path of an unmounted disk: got %v, want it absent", err)
 	}
 	if err := p.MountAll(t.Context()); err != nil {
 		t.Fatalf("MountAll: %v", err)
@@ -86,8 +92,8 @@ func TestDiskHoldsItsSize(t *testing.T) {
 	if err := p.Remove(t.Context(), "sb1"); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
-	if ok, _ := Mounted(path); ok {
-		t.Errorf("%s still mounted after Remove", path)
+	if ok, _ := Mounted(mp); ok {
+		t.Errorf("%s still mounted after Remove", mp)
 	}
 	if ents, _ := os.ReadDir(p.Dir()); len(ents) != 0 {
 		t.Errorf("pool dir after Remove: got %d entries, want none", len(ents))

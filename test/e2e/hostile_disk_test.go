@@ -132,8 +132,13 @@ func TestHostileDiskWorkspace(t *testing.T) {
 		t.Fatalf("hog's disk %s after a daemon start: mounted %v, %v; want mounted again", mp, ok, err)
 	}
 	// And a disk unmounted behind the running daemon's back is mounted
-	// by the sandbox's start.
+	// by the sandbox's start. Until then the engine refuses to start the
+	// box (the workspace is a directory on the disk, absent when it is not
+	// mounted) rather than give it the empty mount point on the host's disk.
 	unmount()
+	if out, err := exec.Command("docker", "start", "hotcell-"+hog.ID).CombinedOutput(); err == nil {
+		t.Fatalf("the engine started the box with its disk unmounted: %s", out)
+	}
 	if _, err := d.C.StartSandbox(ctx, hog.ID); err != nil {
 		t.Fatalf("start: %v", err)
 	}
