@@ -339,9 +339,25 @@ func (c *Conn) Do(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		resp.Body = &errorBody{ctx: req.Context(), c: c, rc: resp.Body, r: io.LimitReader(resp.Body, maxErrorBody)}
+		resp.Body = c.errorBody(req.Context(), resp.Body)
 	}
 	return resp, nil
+}
+
+// ReadError reads the error document of an answer that did not come
+// through Do (a reverse proxy's, through Transport) as Do's are read: at
+// most maxErrorBody, under the decode budget.
+func (c *Conn) ReadError(resp *http.Response) *errdefs.RemoteError {
+	ctx := context.Background()
+	if resp.Request != nil {
+		ctx = resp.Request.Context()
+	}
+	resp.Body = c.errorBody(ctx, resp.Body)
+	return errdefs.Read(resp)
+}
+
+func (c *Conn) errorBody(ctx context.Context, rc io.ReadCloser) *errorBody {
+	return &errorBody{ctx: ctx, c: c, rc: rc, r: io.LimitReader(rc, maxErrorBody)}
 }
 
 func (c *Conn) do(req *http.Request) (*http.Response, error) {

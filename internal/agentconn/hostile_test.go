@@ -122,6 +122,27 @@ func TestCappedAnswers(t *testing.T) {
 		},
 		want: "remote error",
 	}, {
+		name: "error document through the transport",
+		serve: func(n *atomic.Int64) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusBadGateway)
+				endless(n, `{"error":{"code":"x","message":"`)(w, r)
+			}
+		},
+		call: func(ctx context.Context, c *Conn) error {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/pty", nil)
+			resp, err := c.Transport().RoundTrip(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if re := c.ReadError(resp); len(re.Message) > maxErrorBody+100 {
+				return fmt.Errorf("got a message of %d bytes, want at most %d", len(re.Message), maxErrorBody)
+			}
+			return errors.New("remote error")
+		},
+		want: "remote error",
+	}, {
 		name: "headers",
 		serve: func(n *atomic.Int64) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) {
@@ -272,6 +293,13 @@ func TestOneHandshake(t *testing.T) {
 	slow.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, slow); err != nil {
 		t.Errorf("the silent connection: got %v, want it closed", err)
+	}
+	// Its handshake ends just after (a connection that came before that
+	// would be closed at once; the real agent redials, this test does not).
+	for deadline := time.Now().Add(5 * time.Second); c.pending.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the silent connection's handshake never ended")
+		}
 	}
 
 	nc, err := net.Dial("unix", path)

@@ -47,7 +47,7 @@ func (s *Server) reverseProxy(w http.ResponseWriter, r *http.Request, id, agentP
 			// The agent is untrusted: it must not set cookies on the API's origin.
 			resp.Header.Del("Set-Cookie")
 			if !app && resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusSwitchingProtocols {
-				return errdefs.Read(resp)
+				return conn.ReadError(resp)
 			}
 			if app {
 				confinePreview(resp.Header)
