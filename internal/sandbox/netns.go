@@ -3,11 +3,13 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -79,39 +81,75 @@ func netNSFiles(dir string, nameservers []netip.Addr) (map[string]string, error)
 	return out, nil
 }
 
-// startInNetNS starts cmd in the network namespace ns, with each target
-// file of binds (a host path) replaced by its source for cmd alone.
-//
-// Namespaces belong to a thread: a goroutine locked to a thread of its own
-// moves that thread into a new mount namespace and into ns, and starts cmd
-// from it, so the child is born there. The goroutine never unlocks, so the
-// thread, changed for good, ends with it and no other goroutine runs on it.
-func startInNetNS(cmd *exec.Cmd, ns *os.File, binds map[string]string) error {
-	errc := make(chan error, 1)
-	go func() {
+// netnsExecArg0 is the argv[0] with which the daemon's own binary is the
+// helper that puts git in a box's network (netnsExec).
+const netnsExecArg0 = "hotcell-netns-exec"
+
+// The helper runs from init, before main: init runs on the process's main
+// thread, locked to it, so the namespaces the helper changes are those of
+// the thread that then execs git. Doing the same from a goroutine of the
+// daemon would change one of the daemon's threads, possibly its main
+// thread, whose namespaces /proc/self shows to the whole daemon.
+func init() {
+	if len(os.Args) > 0 && os.Args[0] == netnsExecArg0 {
 		runtime.LockOSThread()
-		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("new mount namespace: %w", err)
-			}
-			// Private first, or the binds below would propagate to the
-			// host's mount namespace.
-			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-				return fmt.Errorf("make mounts private: %w", err)
-			}
-			for target, src := range binds {
-				if _, err := os.Stat(target); err != nil {
-					continue // nothing to replace: the default applies
-				}
-				if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
-					return fmt.Errorf("bind %s: %w", target, err)
-				}
-			}
-			if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("enter the box's network namespace: %w", err)
-			}
-			return cmd.Start()
-		}()
-	}()
-	return <-errc
+		err := netnsExec(os.Args[1:])
+		fmt.Fprintf(os.Stderr, "hotcell: run git in the box's network: %v\n", err)
+		os.Exit(127)
+	}
+}
+
+// netnsExec is the helper: args are TARGET=SOURCE binds, "--", and the
+// command; the box's network namespace is open on fd 3. It returns only on
+// failure.
+func netnsExec(args []string) error {
+	i := slices.Index(args, "--")
+	if i < 0 || i == len(args)-1 {
+		return fmt.Errorf("usage: %s TARGET=SOURCE... -- COMMAND ARGS", netnsExecArg0)
+	}
+	binds, argv := args[:i], args[i+1:]
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("new mount namespace: %w", err)
+	}
+	// Private first, or the binds below would propagate to the host's
+	// mount namespace.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	for _, b := range binds {
+		target, src, _ := strings.Cut(b, "=")
+		if _, err := os.Stat(target); err != nil {
+			continue // nothing to replace: the default applies
+		}
+		if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", target, err)
+		}
+	}
+	if err := unix.Setns(3, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter the box's network namespace: %w", err)
+	}
+	unix.CloseOnExec(3)
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return err
+	}
+	return unix.Exec(path, argv, os.Environ())
+}
+
+// startInNetNS starts cmd in the network namespace ns, with each target
+// file of binds (a host path) replaced by its source for cmd alone: cmd
+// runs as the daemon's own binary in its helper role (init above), which
+// makes those changes to itself and then execs cmd's program. cmd keeps
+// its process (its pid, group and pipes are the helper's).
+func startInNetNS(cmd *exec.Cmd, ns *os.File, binds map[string]string) error {
+	args := []string{netnsExecArg0}
+	for _, target := range slices.Sorted(maps.Keys(binds)) {
+		args = append(args, target+"="+binds[target])
+	}
+	args = append(append(args, "--"), cmd.Args...)
+	// /proc/self/exe is the running binary even when its file was
+	// replaced (an upgrade) since the daemon started.
+	cmd.Path, cmd.Args, cmd.Err = "/proc/self/exe", args, nil
+	cmd.ExtraFiles = []*os.File{ns}
+	return cmd.Start()
 }
