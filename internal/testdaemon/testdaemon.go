@@ -169,15 +169,24 @@ func prepare(t testing.TB) env {
 }
 
 func launch(e env, opts Options, owner testing.TB) (*Daemon, error) {
-	d, err := newDaemon(e, opts, owner)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.start(); err != nil {
+	for attempt := 1; ; attempt++ {
+		d, err := newDaemon(e, opts, owner)
+		if err != nil {
+			return nil, err
+		}
+		err = d.start()
+		if err == nil {
+			return d, nil
+		}
 		d.Close()
-		return nil, err
+		// Test processes that start daemons at the same moment can pick the
+		// same free subnet (freeEgressSubnet sees only bridges that exist
+		// already); the later daemon refuses it. Pick another.
+		if !d.ownsEgress || attempt == 3 || !strings.Contains(err.Error(), egress.ErrNetworkInUse.Error()) {
+			return nil, err
+		}
+		d.logf("egress subnet %s was taken by another daemon while this one started; trying another", d.EgressSubnet)
 	}
-	return d, nil
 }
 
 // newDaemon makes a daemon's data dir and flags; start runs it.
