@@ -20,6 +20,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/loglimit"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -86,7 +87,14 @@ type Gateway struct {
 	inflight      map[string]int // sandbox → requests in flight
 
 	reloadMu sync.Mutex // one Reload at a time
+
+	// refusedLog rate-limits the audit lines of refused requests.
+	refusedLog *loglimit.Limiter
 }
+
+// Refusal audit lines per sandbox (or source address) and minute; the
+// next line let through carries droppedLines.
+const refusedLinesPerMinute = 30
 
 // key names one sandbox's access to one provider.
 type key struct{ sandbox, provider string }
@@ -114,6 +122,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 
 		maxConcurrent: opts.MaxConcurrent,
 		inflight:      map[string]int{},
+		refusedLog:    loglimit.New(refusedLinesPerMinute, time.Minute),
 	}
 	for _, pc := range opts.Providers {
 		p, err := newProvider(pc, opts.Getenv, g.log)
@@ -382,6 +391,7 @@ func (g *Gateway) Forget(ctx context.Context, id string) error {
 		}
 	}
 	g.mu.Unlock()
+	g.refusedLog.Forget(id)
 	if g.opts.Store == nil {
 		return nil
 	}

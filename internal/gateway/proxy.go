@@ -248,9 +248,17 @@ func (g *Gateway) finish(r *http.Request, st *reqState, start time.Time) {
 }
 
 // refuse answers a request that is not forwarded, and audits it.
+// Its audit lines are rate-limited per sandbox (per source address when
+// no token matched): refusals cost a sandbox nothing, so it could send
+// them as fast as it likes.
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, start time.Time, provider, sandbox string, status int, code, msg string, extra map[string]any) {
 	writeError(w, status, code, msg, extra)
-	g.log.Info("gateway request refused", "sandbox", sandbox, "provider", provider, "method", r.Method, "path", r.URL.Path,
+	key := sandbox
+	if key == "" {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		key = "addr " + host
+	}
+	g.refusedLog.Log(r.Context(), g.log, key, slog.LevelInfo, "gateway request refused", "sandbox", sandbox, "provider", provider, "method", r.Method, "path", r.URL.Path,
 		"status", status, "code", code, "ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr)
 }
 

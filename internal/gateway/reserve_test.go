@@ -427,3 +427,29 @@ func TestProxyAllowedPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusalLogLimited: refused requests cost a sandbox nothing, so their
+// audit lines are rate-limited per sandbox (and per address when no token
+// matched); every refusal is still answered.
+func TestRefusalLogLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	vars := e.grant("sb-1", "openai")
+	for range 3 * refusedLinesPerMinute {
+		e.call("/openai/files", "Authorization", "Bearer "+vars["OPENAI_API_KEY"], `{}`)
+		e.call("/openai/chat/completions", "Authorization", "Bearer hcgw_wrong", `{}`)
+	}
+	logs := e.log.String()
+	if n := strings.Count(logs, "gateway request refused"); n != 2*refusedLinesPerMinute {
+		t.Errorf("%d refusal lines for %d refusals, want %d (%d per sandbox and per address)", n, 6*refusedLinesPerMinute, 2*refusedLinesPerMinute, refusedLinesPerMinute)
+	}
+	if !strings.Contains(logs, "code=permission_denied") || !strings.Contains(logs, "code=unauthenticated") {
+		t.Error("the first refusals were not logged")
+	}
+	// Another sandbox's refusals have lines of their own.
+	other := e.grant("sb-2", "openai")
+	e.call("/openai/files", "Authorization", "Bearer "+other["OPENAI_API_KEY"], `{}`)
+	if !strings.Contains(e.log.String(), "sandbox=sb-2") {
+		t.Error("a neighbour's refusal was not logged")
+	}
+}
