@@ -13,9 +13,12 @@ const NetworkNone = "none"
 // The egress controller needs it; a driver without it cannot enforce egress.
 type Networker interface {
 	// EnsureNetwork makes (or finds) the bridge network name with subnet,
-	// on which boxes cannot reach each other directly, and returns its
-	// gateway address: the host's address on that network.
+	// without IPv6, on which boxes cannot reach each other directly, and
+	// returns its gateway address: the host's address on that network. A
+	// network of that name with other settings is an ErrConflict.
 	EnsureNetwork(ctx context.Context, name string, subnet netip.Prefix) (gateway netip.Addr, err error)
+	// NetworkBridge returns the host interface of the network's bridge.
+	NetworkBridge(ctx context.Context, name string) (string, error)
 	// RemoveNetwork removes the network; a missing one is not an error.
 	RemoveNetwork(ctx context.Context, name string) error
 	// Connect attaches box id to network (leaving NetworkNone first). It is

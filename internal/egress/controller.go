@@ -39,11 +39,24 @@ type Config struct {
 	// VerifyInterval is how often the rules are checked and restored (after
 	// a firewall reload or an engine restart); 10s if 0.
 	VerifyInterval time.Duration
-	Log            *slog.Logger
+	// MaxLearned caps the addresses (with their ports) the resolver holds
+	// open for one allowlist sandbox; DefaultMaxLearned if 0.
+	MaxLearned int
+	// QueryRate and QueryBurst bound one sandbox's DNS queries a second;
+	// DefaultQueryRate and twice it if 0. Queries above are REFUSED
+	// without being forwarded.
+	QueryRate, QueryBurst float64
+	Log                   *slog.Logger
 }
 
 // maxDenied bounds each sandbox's log of denied attempts.
 const maxDenied = 100
+
+// Defaults of Config.
+const (
+	DefaultMaxLearned = 1024
+	DefaultQueryRate  = 100
+)
 
 // Controller puts sandboxes on the egress network and keeps their firewall
 // rules and resolver state. Its methods are safe for concurrent use.
@@ -54,6 +67,9 @@ type Controller struct {
 	fw      *firewall
 	dns     *resolver
 	gateway netip.Addr
+
+	// v6 drops IPv6 from the bridge; nil on a host without IPv6.
+	v6 *v6Guard
 
 	// nfl reads the denial log; nil when NFLOG is not available here.
 	nfl *nflogConn
@@ -87,6 +103,11 @@ type sandboxState struct {
 	answered int64 // DNS answers forwarded to the sandbox
 	logged   int64 // packets the denial log recorded
 	denied   []wire.EgressDenial
+	// queries bounds the sandbox's DNS query rate; logLines the log
+	// lines it causes.
+	queries  tokenBucket
+	logLines lineLimiter
+	capped   int64 // answered addresses not learned: the cap was reached
 }
 
 // New returns a controller; Start it before use.
@@ -102,6 +123,15 @@ func New(drv driver.Networker, cfg Config) *Controller {
 	}
 	if cfg.DefaultMode == "" {
 		cfg.DefaultMode = wire.EgressOpen
+	}
+	if cfg.MaxLearned <= 0 {
+		cfg.MaxLearned = DefaultMaxLearned
+	}
+	if cfg.QueryRate <= 0 {
+		cfg.QueryRate = DefaultQueryRate
+	}
+	if cfg.QueryBurst < 1 {
+		cfg.QueryBurst = 2 * cfg.QueryRate
 	}
 	log := cfg.Log.With("component", "egress")
 	c := &Controller{
@@ -146,6 +176,20 @@ func (c *Controller) Start(ctx context.Context) error {
 		ports = append(ports, c.cfg.GatewayPort)
 	}
 	c.fw = newFirewall(ipt, ipsetCmd{}, c.cfg.Network, c.cfg.Subnet, gw, ports, c.cfg.AllowPrivate)
+	if hostHasIPv6() {
+		bridge, err := c.drv.NetworkBridge(ctx, c.cfg.Network)
+		if err != nil {
+			return fmt.Errorf("egress network: %w", err)
+		}
+		ip6, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv6))
+		if err != nil {
+			return fmt.Errorf("egress firewall: ip6tables: %w", err)
+		}
+		c.v6 = newV6Guard(ip6, bridge, c.fw.base)
+		if err := c.v6.ensure(); err != nil {
+			return fmt.Errorf("egress firewall: %w", err)
+		}
+	}
 	// Without NFLOG (no nfnetlink_log, or every group taken) the drops are
 	// still counted, just not itemised; the API says which.
 	if nfl, err := openNflog(nflogGroups(c.cfg.Network, c.cfg.Subnet)); err != nil {
@@ -155,6 +199,9 @@ func (c *Controller) Start(ctx context.Context) error {
 		c.fw.logGroup = nfl.group
 	}
 	if _, err := c.fw.ensureBase(); err != nil {
+		return fmt.Errorf("egress firewall: %w", err)
+	}
+	if err := c.fw.resetLearned(); err != nil {
 		return fmt.Errorf("egress firewall: %w", err)
 	}
 	if err := c.dns.serve(); err != nil {
@@ -414,6 +461,10 @@ func (c *Controller) decide(src netip.Addr, name string) Decision {
 		return Decision{}
 	}
 	d := Decision{Sandbox: st.id}
+	if !st.queries.allow(time.Now(), c.cfg.QueryRate, c.cfg.QueryBurst) {
+		d.Limited = true
+		return d
+	}
 	switch st.policy.Mode {
 	case wire.EgressOpen:
 		d.Forward = true
@@ -434,6 +485,17 @@ func (c *Controller) refused(id, name string) {
 	}
 }
 
+// logLine implements policySource.
+func (c *Controller) logLine(id string) (bool, int) {
+	c.mu.Lock()
+	st, ok := c.sbs[id]
+	c.mu.Unlock()
+	if !ok {
+		return false, 0
+	}
+	return st.logLines.allow(time.Now())
+}
+
 // answered implements policySource.
 func (c *Controller) answered(id string) {
 	c.mu.Lock()
@@ -444,21 +506,28 @@ func (c *Controller) answered(id string) {
 }
 
 // learn implements policySource: it allows the answered addresses before
-// the answer goes out.
-func (c *Controller) learn(ctx context.Context, id, name string, entries []Entry, addrs []learnedAddr) {
+// the answer goes out, up to the sandbox's cap of learned addresses.
+func (c *Controller) learn(ctx context.Context, id, name string, entries []Entry, addrs []learnedAddr) map[netip.Addr]bool {
 	now := time.Now()
 	var add []dynRule
+	allowed := map[netip.Addr]bool{}
 	c.mu.Lock()
 	st, ok := c.sbs[id]
 	if !ok {
 		c.mu.Unlock()
-		return
+		return allowed
 	}
 	ports := map[int]bool{}
 	for _, e := range entries {
 		ports[e.Port] = true
 	}
+	rules := map[dynRule]bool{}
+	for k := range st.learned {
+		rules[k.rule] = true
+	}
+	var capped int
 	for _, a := range addrs {
+		ok := true
 		for port := range ports {
 			k := learnKey{name: name, rule: dynRule{Addr: a.addr, Port: port}}
 			exp := now.Add(a.ttl)
@@ -468,18 +537,36 @@ func (c *Controller) learn(ctx context.Context, id, name string, entries []Entry
 				}
 				continue
 			}
-			if !c.ruleUsedLocked(st, k.rule) {
+			if !rules[k.rule] {
+				if len(rules) >= c.cfg.MaxLearned {
+					ok = false
+					continue
+				}
+				rules[k.rule] = true
 				add = append(add, k.rule)
 			}
 			st.learned[k] = exp
 		}
+		if ok {
+			allowed[a.addr] = true
+		} else {
+			capped++
+		}
 	}
+	st.capped += int64(capped)
 	c.mu.Unlock()
+	if capped > 0 {
+		if ok, held := c.logLine(id); ok {
+			c.log.Warn("sandbox reached its cap of learned addresses; answered addresses not allowed",
+				"sandbox", id, "name", clip(name), "notLearned", capped, "cap", c.cfg.MaxLearned, "heldBack", held)
+		}
+	}
 	for _, r := range add {
 		if err := c.fw.addDyn(id, r); err != nil {
 			c.log.Warn("allow resolved address", "sandbox", id, "name", name, "address", r.Addr, "err", err)
 		}
 	}
+	return allowed
 }
 
 // ruleUsedLocked says whether another learned name already holds rule.
@@ -553,6 +640,12 @@ func (c *Controller) Run(ctx context.Context) error {
 // verify restores the base rules and every enforced sandbox's rules if
 // they are gone.
 func (c *Controller) verify(ctx context.Context) {
+	if c.v6 != nil && !c.v6.ok() {
+		c.log.Warn("egress IPv6 drops missing; restoring them", "bridge", c.v6.bridge)
+		if err := c.v6.ensure(); err != nil {
+			c.log.Error("restore egress IPv6 drops", "err", err)
+		}
+	}
 	if !c.fw.baseOK() {
 		c.log.Warn("egress base rules missing; restoring them")
 		if _, err := c.fw.ensureBase(); err != nil {
@@ -604,6 +697,15 @@ func Teardown(network string, subnet netip.Prefix) error {
 		return fmt.Errorf("egress teardown: %w", err)
 	}
 	f := newFirewall(ipt, ipsetCmd{}, network, subnet, netip.Addr{}, nil, nil)
+	if hostHasIPv6() {
+		ip6, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv6))
+		if err == nil {
+			err = removeV6Guard(ip6, f.base)
+		}
+		if err != nil {
+			return fmt.Errorf("egress teardown: %w", err)
+		}
+	}
 	if ok, err := ipt.ChainExists(table, f.base); err != nil || !ok {
 		return err
 	}

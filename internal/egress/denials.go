@@ -99,3 +99,51 @@ func (l *logLimiter) allow(now time.Time) bool {
 	l.n++
 	return l.n <= logBurst
 }
+
+// lineLimiter bounds the log lines one sandbox causes: at most
+// sandboxLogLines a minute, and the first line after a held-back stretch
+// says how many were held back. A flood of refused queries or failing
+// lookups costs the log a few lines a minute, not one per packet.
+type lineLimiter struct {
+	mu     sync.Mutex
+	window time.Time
+	n      int
+	held   int
+}
+
+const sandboxLogLines = 20
+
+func (l *lineLimiter) allow(now time.Time) (ok bool, held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.window) >= time.Minute {
+		l.window, l.n = now, 0
+	}
+	if l.n >= sandboxLogLines {
+		l.held++
+		return false, 0
+	}
+	l.n++
+	held, l.held = l.held, 0
+	return true, held
+}
+
+// tokenBucket allows rate events a second on average, burst at once.
+type tokenBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func (b *tokenBucket) allow(now time.Time, rate, burst float64) bool {
+	if b.last.IsZero() {
+		b.tokens = burst
+	} else {
+		b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,15 +23,21 @@ type Decision struct {
 	Learn []Entry
 	// Sandbox is the asking sandbox's id; empty for an unknown address.
 	Sandbox string
+	// Limited says the sandbox asked faster than its query rate allows.
+	Limited bool
 }
 
 // policySource is what the resolver asks about each query: the controller.
 type policySource interface {
 	decide(src netip.Addr, name string) Decision
 	// learn allows addrs (with their TTL) for the sandbox before the answer
-	// is sent, so that the connection that follows it is let through.
-	learn(ctx context.Context, id, name string, entries []Entry, addrs []learnedAddr)
+	// is sent, so that the connection that follows it is let through; it
+	// returns those it allowed (a sandbox's learned addresses are capped).
+	learn(ctx context.Context, id, name string, entries []Entry, addrs []learnedAddr) map[netip.Addr]bool
 	refused(id, name string)
+	// logLine says whether a log line caused by the sandbox may be
+	// written, and how many were held back since the last one written.
+	logLine(id string) (ok bool, held int)
 	// answered counts an answer forwarded to the sandbox.
 	answered(id string)
 }
@@ -50,6 +57,8 @@ type resolver struct {
 	log       *slog.Logger
 	// blocked says whether the firewall drops an address in every mode.
 	blocked func(netip.Addr) bool
+	// strangers bounds the log lines of queries from no sandbox's address.
+	strangers lineLimiter
 
 	mu      sync.Mutex
 	servers []*dns.Server
@@ -149,15 +158,25 @@ func (r *resolver) answer(remote net.Addr, netw string, q *dns.Msg) *dns.Msg {
 	}
 	src := addrOf(remote)
 	name := NormalizeName(q.Question[0].Name)
+	qtype := q.Question[0].Qtype
 	d := r.src.decide(src, name)
+	why := "not allowed"
+	switch {
+	case d.Limited:
+		why = "query rate"
+	case d.Forward && len(d.Learn) > 0 && !allowlistQtypes[qtype]:
+		// TXT and the like to an allowed name carry data both ways; an
+		// allowlist sandbox needs only addresses.
+		d.Forward, why = false, "query type"
+	}
 	if !d.Forward {
 		if d.Sandbox != "" {
 			r.src.refused(d.Sandbox, name)
 		}
-		r.log.Info("dns query refused", "sandbox", d.Sandbox, "source", src, "name", name)
+		r.logf(d.Sandbox, "dns query refused", "source", src, "name", clip(name), "type", dns.TypeToString[qtype], "reason", why)
 		return refuse()
 	}
-	if q.Question[0].Qtype == dns.TypeAAAA && len(d.Learn) > 0 {
+	if qtype == dns.TypeAAAA && len(d.Learn) > 0 {
 		// The egress network has no IPv6: an empty answer makes clients
 		// use the A records, which the firewall learns.
 		m := new(dns.Msg)
@@ -168,7 +187,7 @@ func (r *resolver) answer(remote net.Addr, netw string, q *dns.Msg) *dns.Msg {
 	defer cancel()
 	resp, err := r.forward(ctx, netw, q)
 	if err != nil {
-		r.log.Warn("dns upstream failed", "sandbox", d.Sandbox, "name", name, "err", err)
+		r.logf(d.Sandbox, "dns upstream failed", "name", clip(name), "err", err)
 		m := new(dns.Msg)
 		m.SetRcode(q, dns.RcodeServerFailure)
 		return m
@@ -195,7 +214,17 @@ func (r *resolver) answer(remote net.Addr, netw string, q *dns.Msg) *dns.Msg {
 		}
 		resp.Answer = keep
 		if len(addrs) > 0 {
-			r.src.learn(ctx, d.Sandbox, name, d.Learn, addrs)
+			// Only what was allowed is answered: an address beyond the
+			// sandbox's cap would only time out.
+			allowed := r.src.learn(ctx, d.Sandbox, name, d.Learn, addrs)
+			resp.Answer = slices.DeleteFunc(resp.Answer, func(rr dns.RR) bool {
+				a, ok := rr.(*dns.A)
+				if !ok {
+					return false
+				}
+				ip, _ := netip.AddrFromSlice(a.A.To4())
+				return !allowed[ip]
+			})
 		}
 	}
 	if d.Sandbox != "" {
@@ -203,6 +232,31 @@ func (r *resolver) answer(remote net.Addr, netw string, q *dns.Msg) *dns.Msg {
 	}
 	resp.Id = q.Id
 	return resp
+}
+
+// allowlistQtypes are the query types an allowlist sandbox may ask: what
+// finding an address needs.
+var allowlistQtypes = map[uint16]bool{
+	dns.TypeA: true, dns.TypeAAAA: true, dns.TypeCNAME: true, dns.TypeHTTPS: true, dns.TypeSVCB: true,
+}
+
+// logf writes a log line a sandbox caused (id; "" for an address of no
+// sandbox), within that sandbox's share of the log.
+func (r *resolver) logf(id, msg string, args ...any) {
+	var ok bool
+	var held int
+	if id == "" {
+		ok, held = r.strangers.allow(time.Now())
+	} else {
+		ok, held = r.src.logLine(id)
+	}
+	if !ok {
+		return
+	}
+	if held > 0 {
+		args = append(args, "heldBack", held)
+	}
+	r.log.Info(msg, append([]any{"sandbox", id}, args...)...)
 }
 
 // forward asks each upstream in turn; a truncated UDP answer is retried

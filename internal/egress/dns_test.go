@@ -1,6 +1,8 @@
 package egress
 
 import (
+	"context"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -122,16 +124,27 @@ func answers(m *dns.Msg) []string {
 	return out
 }
 
-// hasRule reports whether the sandbox's dynamic chain lets dst through.
+// hasRule reports whether a set of learned addresses lets dst through.
 func hasRule(ipt *fakeIPT, dst string) bool {
+	return len(learnedMembers(ipt, dst)) > 0
+}
+
+// learnedMembers are the members of the learned sets that allow dst.
+func learnedMembers(ipt *fakeIPT, dst string) []string {
 	ipt.mu.Lock()
 	defer ipt.mu.Unlock()
-	for name, rules := range ipt.chains {
-		if strings.HasPrefix(name, prefixDyn) && slices.ContainsFunc(rules, func(r string) bool { return strings.HasPrefix(r, "-d "+dst+"/32 ") }) {
-			return true
+	var out []string
+	for name, ms := range ipt.sets {
+		if !strings.HasSuffix(name, "-l") && !strings.HasPrefix(name, "HCS-") {
+			continue
+		}
+		for _, m := range ms {
+			if m == dst || strings.HasSuffix(m, ","+dst) {
+				out = append(out, name+" "+m)
+			}
 		}
 	}
-	return false
+	return out
 }
 
 // TestResolver drives ServeDNS over real UDP on loopback, with the real
@@ -175,21 +188,11 @@ func TestResolver(t *testing.T) {
 		if !slices.Equal(answers(resp), []string{"203.0.113.33"}) {
 			t.Fatalf("got %v, want 203.0.113.33", answers(resp))
 		}
-		ipt.mu.Lock()
-		var rules []string
-		for name, rs := range ipt.chains {
-			if strings.HasPrefix(name, prefixDyn) {
-				rules = append(rules, rs...)
-			}
-		}
-		ipt.mu.Unlock()
-		for _, r := range rules {
-			if strings.HasPrefix(r, "-d 203.0.113.33/32") && !strings.Contains(r, "--dport 443") {
-				t.Errorf("rule %q allows more than port 443", r)
-			}
-		}
-		if !hasRule(ipt, "203.0.113.33") {
-			t.Error("the answered address is not allowed")
+		got := learnedMembers(ipt, "203.0.113.33")
+		want := []string{"HCN-2f27e8f4-l 127.0.0.1,tcp:443,203.0.113.33", "HCN-2f27e8f4-l 127.0.0.1,udp:443,203.0.113.33"}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("got set members %q, want %q (port 443 only)", got, want)
 		}
 	})
 	t.Run("an allowed name's private and metadata addresses are neither learned nor answered", func(t *testing.T) {
@@ -299,4 +302,99 @@ func TestResolverFailures(t *testing.T) {
 			t.Errorf("%s: got %s %v, want NOTIMP or FORMERR", name, dns.RcodeToString[resp.Rcode], answers(resp))
 		}
 	}
+}
+
+// countingHandler counts the log records written.
+type countingHandler struct {
+	mu sync.Mutex
+	n  map[string]int // message → records
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n[r.Message]++
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+func (h *countingHandler) count(msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[msg]
+}
+
+// TestResolverLimits: an allowlist sandbox asks only for addresses, a
+// flood of queries is refused past the sandbox's rate and costs a bounded
+// number of log lines, and learned addresses stop at the sandbox's cap.
+func TestResolverLimits(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	c, ipt := testController(t, 0)
+	logs := &countingHandler{n: map[string]int{}}
+	c.dns.log = slog.New(logs)
+	c.log = slog.New(logs)
+	c.dns.upstreams = []string{up.addr}
+	c.cfg.MaxLearned = 2
+	n := c.drv.(*fakeNet)
+	n.addrs[idA] = netip.MustParseAddr("127.0.0.1")
+	n.addrs[idB] = netip.MustParseAddr("127.0.0.2")
+	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test", "*.example.test:443", "rebind.pkg.test"}})
+	mustApply(t, c, idB, wire.EgressPolicy{Mode: wire.EgressOpen})
+	srv := serveResolver(t, c)
+
+	t.Run("allowlist: only address queries", func(t *testing.T) {
+		for _, qt := range []uint16{dns.TypeTXT, dns.TypeMX, dns.TypeNS, dns.TypeANY, dns.TypeNULL} {
+			resp := ask(t, srv, "127.0.0.1", "pkg.test", qt)
+			if resp.Rcode != dns.RcodeRefused {
+				t.Errorf("%s: got %s, want REFUSED", dns.TypeToString[qt], dns.RcodeToString[resp.Rcode])
+			}
+			if n := up.asked("pkg.test " + dns.TypeToString[qt]); n != 0 {
+				t.Errorf("%s: the upstream was asked %d times", dns.TypeToString[qt], n)
+			}
+		}
+		for _, qt := range []uint16{dns.TypeCNAME, dns.TypeHTTPS, dns.TypeSVCB} {
+			if resp := ask(t, srv, "127.0.0.1", "pkg.test", qt); resp.Rcode == dns.RcodeRefused {
+				t.Errorf("%s: refused", dns.TypeToString[qt])
+			}
+		}
+		// An open sandbox asks what it likes.
+		ask(t, srv, "127.0.0.2", "pkg.test", dns.TypeTXT)
+		if n := up.asked("pkg.test TXT"); n != 1 {
+			t.Errorf("open sandbox's TXT: the upstream was asked %d times, want 1", n)
+		}
+	})
+	t.Run("learned addresses stop at the cap", func(t *testing.T) {
+		ask(t, srv, "127.0.0.1", "pkg.test", dns.TypeA)                // 1
+		ask(t, srv, "127.0.0.1", "www.example.test", dns.TypeA)        // 2
+		resp := ask(t, srv, "127.0.0.1", "rebind.pkg.test", dns.TypeA) // over
+		if len(resp.Answer) != 0 || hasRule(ipt, "203.0.113.44") {
+			t.Errorf("past the cap: answered %v, learned %v; want neither", answers(resp), hasRule(ipt, "203.0.113.44"))
+		}
+		if st := c.Status(idA, wire.EgressPolicy{}); len(st.Resolved) != 2 {
+			t.Errorf("resolved %+v, want 2 entries", st.Resolved)
+		}
+	})
+	t.Run("a flood is refused past the rate and logged in a few lines", func(t *testing.T) {
+		c.mu.Lock() // decide reads them under it
+		c.cfg.QueryRate, c.cfg.QueryBurst = 1, 10
+		c.mu.Unlock()
+		before := up.asked("pkg.test A")
+		refused := 0
+		for range 300 {
+			if ask(t, srv, "127.0.0.2", "pkg.test", dns.TypeA).Rcode == dns.RcodeRefused {
+				refused++
+			}
+		}
+		if forwarded := up.asked("pkg.test A") - before; forwarded > 20 || refused < 280 {
+			t.Errorf("forwarded %d, refused %d of 300; want most refused", forwarded, refused)
+		}
+		for range 300 {
+			ask(t, srv, "127.0.0.1", "not-listed.test", dns.TypeA)
+		}
+		if n := logs.count("dns query refused"); n > 2*sandboxLogLines+2 {
+			t.Errorf("%d log lines for 600 refused queries, want at most %d", n, 2*sandboxLogLines+2)
+		}
+	})
 }

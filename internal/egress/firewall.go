@@ -81,15 +81,17 @@ type dynRule struct {
 	Port int
 }
 
-func (r dynRule) specs() [][]string {
-	d := []string{"-d", netip.PrefixFrom(r.Addr, r.Addr.BitLen()).String()}
+// members are r's entries in the sets for a sandbox at src: an any-port
+// address goes to the sandbox's own hash:ip set, an address with a port
+// to the network's hash:ip,port,ip set, once for tcp and once for udp.
+func (r dynRule) members(src netip.Addr) (anyPort bool, ms []string) {
 	if r.Port == 0 {
-		return [][]string{append(d, "-j", "RETURN")}
+		return true, []string{r.Addr.String()}
 	}
 	p := strconv.Itoa(r.Port)
-	return [][]string{
-		append(append([]string{}, d...), "-p", "tcp", "-m", "tcp", "--dport", p, "-j", "RETURN"),
-		append(append([]string{}, d...), "-p", "udp", "-m", "udp", "--dport", p, "-j", "RETURN"),
+	return false, []string{
+		src.String() + ",tcp:" + p + "," + r.Addr.String(),
+		src.String() + ",udp:" + p + "," + r.Addr.String(),
 	}
 }
 
@@ -113,6 +115,8 @@ type firewall struct {
 	mu      sync.Mutex
 	current map[string]string // sandbox key → generation in force
 	addrs   map[string]netip.Addr
+	// dyn are the learned addresses in the sets, per sandbox key.
+	dyn map[string]map[dynRule]bool
 }
 
 func newFirewall(ipt iptablesAPI, sets ipsetAPI, network string, subnet netip.Prefix, gateway netip.Addr, gatewayPorts []int, allowPrivate []netip.Prefix) *firewall {
@@ -127,6 +131,7 @@ func newFirewall(ipt iptablesAPI, sets ipsetAPI, network string, subnet netip.Pr
 		gatewayPorts: gatewayPorts,
 		current:      map[string]string{},
 		addrs:        map[string]netip.Addr{},
+		dyn:          map[string]map[dynRule]bool{},
 	}
 }
 
@@ -145,6 +150,28 @@ func sandboxKey(id string) string {
 // metaSet and privSet name the network's sets of blocked addresses.
 func (f *firewall) metaSet() string { return f.base + "-m" }
 func (f *firewall) privSet() string { return f.base + "-p" }
+
+// learnedSet holds every sandbox's learned addresses with a port, as
+// (sandbox, proto:port, address); anySet is a sandbox's own set of learned
+// addresses without a port (ipset has no "any port" in a hash:ip,port,ip).
+func (f *firewall) learnedSet() string { return f.base + "-l" }
+func anySet(key string) string         { return "HCS-" + key }
+
+// maxLearnedSet bounds the network's learned set; the controller's
+// per-sandbox cap keeps each sandbox's share of it small.
+const maxLearnedSet = 1 << 20
+
+// resetLearned empties the network's learned set: at start the daemon has
+// learned nothing, and what a previous run learned may name addresses
+// that boxes no longer have.
+func (f *firewall) resetLearned() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.sets.Replace(f.learnedSet(), "hash:ip,port,ip", nil, "maxelem", strconv.Itoa(maxLearnedSet)); err != nil {
+		return fmt.Errorf("learned address set: %w", err)
+	}
+	return nil
+}
 
 func prefixStrings(ps []netip.Prefix) []string {
 	out := make([]string, len(ps))
@@ -168,7 +195,7 @@ func (f *firewall) ensureSets() error {
 
 // destroySets removes the network's sets, once no rule refers to them.
 func (f *firewall) destroySets() {
-	for _, s := range []string{f.metaSet(), f.privSet()} {
+	for _, s := range []string{f.metaSet(), f.privSet(), f.learnedSet()} {
 		_ = f.sets.Destroy(s)
 	}
 }
@@ -343,8 +370,30 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 			return undo(fmt.Errorf("create chain %s: %w", c, err))
 		}
 	}
-	for _, r := range dyn {
-		for _, spec := range r.specs() {
+	if p.Mode == wire.EgressAllowlist {
+		// The sandbox's any-port set is made anew with what it keeps
+		// (atomically, by a swap: the old chains use it until the new ones
+		// are in); the network's set gets what is missing now, loses what
+		// is dropped once the new rules are in.
+		var anyMembers []string
+		for _, r := range dyn {
+			if any, ms := r.members(addr); any {
+				anyMembers = append(anyMembers, ms...)
+			}
+		}
+		if err := f.sets.Replace(anySet(key), "hash:ip", anyMembers, "maxelem", strconv.Itoa(maxLearnedSet)); err != nil {
+			return undo(fmt.Errorf("learned address set of %s: %w", id, err))
+		}
+		var add []string
+		for _, r := range dyn {
+			if any, ms := r.members(addr); !any && (!f.dyn[key][r] || f.addrs[key] != addr) {
+				add = append(add, ms...)
+			}
+		}
+		if err := f.sets.Add(f.learnedSet(), add...); err != nil {
+			return undo(fmt.Errorf("learned address set: %w", err))
+		}
+		for _, spec := range f.dynRules(key) {
 			if err := f.ipt.Append(table, dynC, spec...); err != nil {
 				return undo(fmt.Errorf("fill chain %s: %w", dynC, err))
 			}
@@ -365,12 +414,47 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 		return undo(fmt.Errorf("add jump to %s: %w", mainC, err))
 	}
 	// The new rules are in force; what follows only tidies up.
+	oldAddr := f.addrs[key]
 	f.current[key] = gen
 	f.addrs[key] = addr
+	var errs []error
 	if old, err = f.removeExcept(key, gen); err != nil {
+		errs = append(errs, err)
+	}
+	keep := map[dynRule]bool{}
+	if p.Mode == wire.EgressAllowlist {
+		for _, r := range dyn {
+			keep[r] = true
+		}
+	} else {
+		// Nothing refers to the sandbox's set any more.
+		if err := f.sets.Destroy(anySet(key)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var del []string
+	for r := range f.dyn[key] {
+		if any, ms := r.members(oldAddr); !any && (!keep[r] || oldAddr != addr) {
+			del = append(del, ms...)
+		}
+	}
+	if err := f.sets.Del(f.learnedSet(), del...); err != nil {
+		errs = append(errs, err)
+	}
+	f.dyn[key] = keep
+	if err := errors.Join(errs...); err != nil {
 		return old, fmt.Errorf("%w: %w", errTidy, err)
 	}
 	return old, nil
+}
+
+// dynRules are the rules of a sandbox's dynamic chain before its drop:
+// one per set of learned addresses, however many addresses they hold.
+func (f *firewall) dynRules(key string) [][]string {
+	return [][]string{
+		{"-m", "set", "--match-set", f.learnedSet(), "src,dst,dst", "-j", "RETURN"},
+		{"-m", "set", "--match-set", anySet(key), "dst", "-j", "RETURN"},
+	}
 }
 
 // errTidy marks an error after the new rules were already in force.
@@ -442,6 +526,24 @@ func (f *firewall) removeExcept(key, keep string) (counters, error) {
 			}
 		}
 	}
+	if keep == "" {
+		// The chains that used the sandbox's sets are gone.
+		if addr, ok := f.addrs[key]; ok {
+			var del []string
+			for r := range f.dyn[key] {
+				if any, ms := r.members(addr); !any {
+					del = append(del, ms...)
+				}
+			}
+			if err := f.sets.Del(f.learnedSet(), del...); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		delete(f.dyn, key)
+		if err := f.sets.Destroy(anySet(key)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return total, errors.Join(errs...)
 }
 
@@ -450,9 +552,10 @@ func (f *firewall) remove(id string) (counters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	key := sandboxKey(id)
+	c, err := f.removeExcept(key, "")
 	delete(f.current, key)
 	delete(f.addrs, key)
-	return f.removeExcept(key, "")
+	return c, err
 }
 
 // drops sums the DROP rules' counters of chain.
@@ -489,21 +592,27 @@ func (f *firewall) sandboxDrops(id string) (counters, bool) {
 	return c, err == nil
 }
 
-// addDyn allows a learned address for the sandbox's current rules.
+// addDyn allows a learned address for the sandbox's current rules: a set
+// member, not a rule.
 func (f *firewall) addDyn(id string, r dynRule) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	gen, ok := f.current[sandboxKey(id)]
-	if !ok {
+	key := sandboxKey(id)
+	if _, ok := f.current[key]; !ok {
 		return fmt.Errorf("sandbox %s has no rules", id)
 	}
-	_, dynC := chainNames(sandboxKey(id), gen)
-	for _, spec := range r.specs() {
-		// Above the chain's final DROP.
-		if err := f.ipt.Insert(table, dynC, 1, spec...); err != nil {
-			return fmt.Errorf("allow %s for sandbox %s: %w", r.Addr, id, err)
-		}
+	set := f.learnedSet()
+	any, ms := r.members(f.addrs[key])
+	if any {
+		set = anySet(key)
 	}
+	if err := f.sets.Add(set, ms...); err != nil {
+		return fmt.Errorf("allow %s for sandbox %s: %w", r.Addr, id, err)
+	}
+	if f.dyn[key] == nil {
+		f.dyn[key] = map[dynRule]bool{}
+	}
+	f.dyn[key][r] = true
 	return nil
 }
 
@@ -511,18 +620,17 @@ func (f *firewall) addDyn(id string, r dynRule) error {
 func (f *firewall) delDyn(id string, r dynRule) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	gen, ok := f.current[sandboxKey(id)]
-	if !ok {
+	key := sandboxKey(id)
+	if _, ok := f.current[key]; !ok || !f.dyn[key][r] {
 		return nil
 	}
-	_, dynC := chainNames(sandboxKey(id), gen)
-	var errs []error
-	for _, spec := range r.specs() {
-		if err := f.ipt.DeleteIfExists(table, dynC, spec...); err != nil {
-			errs = append(errs, err)
-		}
+	set := f.learnedSet()
+	any, ms := r.members(f.addrs[key])
+	if any {
+		set = anySet(key)
 	}
-	return errors.Join(errs...)
+	delete(f.dyn[key], r)
+	return f.sets.Del(set, ms...)
 }
 
 // prune removes the rules of every sandbox jumped to from the base chain

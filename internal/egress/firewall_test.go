@@ -237,35 +237,38 @@ func (s fakeSets) Create(name, typ string, opts ...string) error {
 	return nil
 }
 
-func (s fakeSets) Add(name, member string) error {
+func (s fakeSets) Add(name string, members ...string) error {
+	if len(members) == 0 {
+		return nil
+	}
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
 	m, ok := s.f.sets[name]
 	if !ok {
 		return fmt.Errorf("fake ipset: no set %s", name)
 	}
-	if slices.Contains(m, member) {
-		return nil
-	}
-	if err := s.f.change("ipset add %s %s", name, member); err != nil {
+	if err := s.f.change("ipset add %s %s", name, strings.Join(members, " ")); err != nil {
 		return err
 	}
-	s.f.sets[name] = append(m, member)
+	for _, member := range members {
+		if !slices.Contains(m, member) {
+			m = append(m, member)
+		}
+	}
+	s.f.sets[name] = m
 	return nil
 }
 
-func (s fakeSets) Del(name, member string) error {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	m := s.f.sets[name]
-	i := slices.Index(m, member)
-	if i < 0 {
+func (s fakeSets) Del(name string, members ...string) error {
+	if len(members) == 0 {
 		return nil
 	}
-	if err := s.f.change("ipset del %s %s", name, member); err != nil {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if err := s.f.change("ipset del %s %s", name, strings.Join(members, " ")); err != nil {
 		return err
 	}
-	s.f.sets[name] = slices.Delete(m, i, i+1)
+	s.f.sets[name] = slices.DeleteFunc(s.f.sets[name], func(m string) bool { return slices.Contains(members, m) })
 	return nil
 }
 
@@ -387,6 +390,9 @@ type fakeNet struct {
 func (n *fakeNet) EnsureNetwork(ctx context.Context, name string, subnet netip.Prefix) (netip.Addr, error) {
 	return subnet.Addr().Next(), nil
 }
+func (n *fakeNet) NetworkBridge(ctx context.Context, name string) (string, error) {
+	return "br-test", nil
+}
 func (n *fakeNet) RemoveNetwork(ctx context.Context, name string) error { return nil }
 func (n *fakeNet) Connect(ctx context.Context, id, network string) error {
 	n.mu.Lock()
@@ -426,6 +432,9 @@ func testController(t *testing.T, logGroup uint16) (*Controller, *fakeIPT) {
 	c.fw = newFirewall(ipt, fakeSets{ipt}, "hc-test", testSubnet, gw, []int{8089}, nil)
 	c.fw.logGroup = logGroup
 	if _, err := c.fw.ensureBase(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fw.resetLearned(); err != nil {
 		t.Fatal(err)
 	}
 	return c, ipt

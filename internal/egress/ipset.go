@@ -17,10 +17,10 @@ type ipsetAPI interface {
 	// Create makes set name of typ (e.g. "hash:net") unless it exists;
 	// opts are ipset create options such as "maxelem", "1024".
 	Create(name, typ string, opts ...string) error
-	// Add and Del change one member; adding a member already there or
-	// deleting one not there is not an error.
-	Add(name, member string) error
-	Del(name, member string) error
+	// Add and Del change members; adding a member already there or
+	// deleting one not there is not an error. No members: nothing to do.
+	Add(name string, members ...string) error
+	Del(name string, members ...string) error
 	// Replace makes name hold exactly members, atomically (a swap with a
 	// set built aside).
 	Replace(name, typ string, members []string, opts ...string) error
@@ -58,13 +58,24 @@ func (s ipsetCmd) Create(name, typ string, opts ...string) error {
 	return err
 }
 
-func (s ipsetCmd) Add(name, member string) error {
-	_, err := s.run("", "-exist", "add", name, member)
-	return err
-}
+func (s ipsetCmd) Add(name string, members ...string) error { return s.batch("add", name, members) }
 
-func (s ipsetCmd) Del(name, member string) error {
-	_, err := s.run("", "-exist", "del", name, member)
+func (s ipsetCmd) Del(name string, members ...string) error { return s.batch("del", name, members) }
+
+// batch runs one ipset process for all members.
+func (s ipsetCmd) batch(op, name string, members []string) error {
+	switch len(members) {
+	case 0:
+		return nil
+	case 1:
+		_, err := s.run("", "-exist", op, name, members[0])
+		return err
+	}
+	var b strings.Builder
+	for _, m := range members {
+		fmt.Fprintf(&b, "%s %s %s\n", op, name, m)
+	}
+	_, err := s.run(b.String(), "-exist", "restore")
 	return err
 }
 

@@ -166,7 +166,7 @@ func TestNflogConfigMsg(t *testing.T) {
 
 func TestRecordDenial(t *testing.T) {
 	c := New(nil, Config{})
-	c.fw = newFirewall(noRules{}, nil, "net", netip.MustParsePrefix("10.213.0.0/16"), netip.MustParseAddr("10.213.0.1"), nil, nil)
+	c.fw = newFirewall(noRules{}, fakeSets{newFakeIPT()}, "net", netip.MustParsePrefix("10.213.0.0/16"), netip.MustParseAddr("10.213.0.1"), nil, nil)
 	c.nfl = &nflogConn{} // the log is "available"; nothing is read
 	c.mu.Lock()
 	c.state("sb-abc123")

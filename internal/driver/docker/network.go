@@ -18,14 +18,19 @@ var _ driver.Networker = (*Driver)(nil)
 // EnsureNetwork creates the bridge network name with subnet and its first
 // address as gateway, or finds it. Inter-container traffic on it is off
 // (enable_icc=false) so boxes cannot talk to each other even before the
-// egress rules are in place. An existing network with another subnet is a
-// conflict: the firewall rules are keyed on the subnet.
+// egress rules are in place. IPv6 is explicitly off: the egress firewall
+// is IPv4, and an engine whose default turns IPv6 on must not give boxes a
+// way around it. An existing network with another subnet, IPv6 on,
+// inter-container traffic on or another driver is a conflict naming it,
+// never reused as it is: the firewall rules are keyed on the subnet.
 func (d *Driver) EnsureNetwork(ctx context.Context, name string, subnet netip.Prefix) (netip.Addr, error) {
 	gw := subnet.Masked().Addr().Next()
 	res, err := d.c.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
+		off := false
 		_, err = d.c.NetworkCreate(ctx, name, client.NetworkCreateOptions{
-			Driver: "bridge",
+			Driver:     "bridge",
+			EnableIPv6: &off,
 			IPAM: &network.IPAM{Config: []network.IPAMConfig{{
 				Subnet:  subnet.Masked(),
 				Gateway: gw,
@@ -35,17 +40,23 @@ func (d *Driver) EnsureNetwork(ctx context.Context, name string, subnet netip.Pr
 			},
 			Labels: map[string]string{driver.LabelManaged: "true"},
 		})
-		if err == nil {
-			return gw, nil
-		}
-		if !cerrdefs.IsConflict(err) && !cerrdefs.IsAlreadyExists(err) {
+		if err != nil && !cerrdefs.IsConflict(err) && !cerrdefs.IsAlreadyExists(err) {
 			return netip.Addr{}, classify("create network "+name, err)
 		}
-		// Another daemon made it meanwhile: use theirs.
+		// Made now, or by another daemon meanwhile: check it as found.
 		res, err = d.c.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
 	}
 	if err != nil {
 		return netip.Addr{}, classify("inspect network "+name, err)
+	}
+	n := res.Network
+	switch {
+	case n.EnableIPv6:
+		return netip.Addr{}, fmt.Errorf("network %s has IPv6 enabled, which would let boxes around the IPv4 egress firewall; remove it (docker network rm %s) or configure another egress_network: %w", name, name, errdefs.ErrConflict)
+	case n.Driver != "bridge":
+		return netip.Addr{}, fmt.Errorf("network %s has driver %s, not bridge; remove it or configure another egress_network: %w", name, n.Driver, errdefs.ErrConflict)
+	case n.Options["com.docker.network.bridge.enable_icc"] != "false":
+		return netip.Addr{}, fmt.Errorf("network %s lets containers talk to each other (enable_icc is not false); remove it or configure another egress_network: %w", name, errdefs.ErrConflict)
 	}
 	for _, c := range res.Network.IPAM.Config {
 		if c.Subnet.Masked() != subnet.Masked() {
@@ -57,6 +68,21 @@ func (d *Driver) EnsureNetwork(ctx context.Context, name string, subnet netip.Pr
 		return gw, nil // the engine's default gateway is the first address
 	}
 	return netip.Addr{}, fmt.Errorf("network %s exists without subnet %s; remove it or configure its subnet: %w", name, subnet, errdefs.ErrConflict)
+}
+
+// NetworkBridge returns the host interface of the bridge network name.
+func (d *Driver) NetworkBridge(ctx context.Context, name string) (string, error) {
+	res, err := d.c.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	if err != nil {
+		return "", classify("inspect network "+name, err)
+	}
+	if b := res.Network.Options["com.docker.network.bridge.name"]; b != "" {
+		return b, nil
+	}
+	if len(res.Network.ID) < 12 {
+		return "", fmt.Errorf("network %s: engine gave no id", name)
+	}
+	return "br-" + res.Network.ID[:12], nil
 }
 
 // RemoveNetwork removes the network; a missing one is not an error.

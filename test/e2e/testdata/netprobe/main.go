@@ -3,8 +3,10 @@
 // query floods) and prints one line per result.
 //
 //	netprobe udp ADDR:PORT             send a datagram, print "reply: ..." or "no reply"
+//	netprobe tcp ADDR:PORT             connect, print "connected: ..." or "error: ..."
 //	netprobe dns SERVER TYPE NAME      one query, print its rcode and answers
-//	netprobe flood SERVER TYPE FORMAT N  N queries of fmt.Sprintf(FORMAT, i), print rcode counts
+//	netprobe flood SERVER TYPE FORMAT N [MS]  N queries of fmt.Sprintf(FORMAT, i), MS
+//	                                          milliseconds apart, print rcode counts
 package main
 
 import (
@@ -27,12 +29,28 @@ func main() {
 	switch args := os.Args[2:]; os.Args[1] {
 	case "udp":
 		udp(args[0])
+	case "tcp":
+		c, err := net.DialTimeout("tcp", args[0], 3*time.Second)
+		if err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 512)
+		n, _ := c.Read(buf)
+		c.Close()
+		fmt.Printf("connected: %q\n", buf[:n])
 	case "dns":
 		q := query(args[1], args[2])
 		fmt.Println(exchange(args[0], q))
 	case "flood":
 		n, _ := strconv.Atoi(args[3])
-		flood(args[0], args[1], args[2], n)
+		var every time.Duration
+		if len(args) > 4 {
+			ms, _ := strconv.Atoi(args[4])
+			every = time.Duration(ms) * time.Millisecond
+		}
+		flood(args[0], args[1], args[2], n, every)
 	default:
 		fail("unknown command " + os.Args[1])
 	}
@@ -96,9 +114,10 @@ func exchange(server string, q *dns.Msg) string {
 	return b.String()
 }
 
-func flood(server, typ, format string, n int) {
+func flood(server, typ, format string, n int, every time.Duration) {
 	counts := map[string]int{}
 	for i := range n {
+		time.Sleep(every)
 		counts[strings.Fields(exchange(server, query(typ, fmt.Sprintf(format, i))))[0]]++
 	}
 	var keys []string
