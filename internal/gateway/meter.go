@@ -358,10 +358,13 @@ func (c *counters) snapshot() store.GatewayCounters {
 }
 
 func (c *counters) wire(provider string) wire.GatewayUsage {
-	s := c.snapshot()
+	c.mu.Lock()
+	s, reserved := c.c, c.reserved
+	c.mu.Unlock()
 	return wire.GatewayUsage{
 		Provider: provider, Requests: s.Requests, Rejected: s.Rejected, Errors: s.Errors,
 		BytesIn: s.BytesIn, BytesOut: s.BytesOut,
 		InputTokens: s.InputTokens, OutputTokens: s.OutputTokens, TotalTokens: s.TotalTokens,
+		ReservedTokens: reserved,
 	}
 }

@@ -365,6 +365,11 @@ func TestProxyConcurrencyCap(t *testing.T) {
 	}
 	<-held
 	<-held
+	// Each of the two streams in flight holds its input and the default
+	// max_tokens.
+	if got, want := e.usage("sb-a", "openai").ReservedTokens, 2*(inputEstimate(int64(len(`{"stream":true}`)))+config.DefaultMaxTokens); got < want {
+		t.Errorf("reservedTokens with two streams in flight: got %d, want at least %d", got, want)
+	}
 	resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+a["OPENAI_API_KEY"], `{}`)
 	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, `"concurrency"`) {
 		t.Errorf("third call in flight: got %d %s, want 429 naming concurrency", resp.StatusCode, body)
@@ -376,6 +381,9 @@ func TestProxyConcurrencyCap(t *testing.T) {
 	wg.Wait()
 	if resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+a["OPENAI_API_KEY"], `{}`); resp.StatusCode != 200 {
 		t.Errorf("after the streams ended: got %d %s", resp.StatusCode, body)
+	}
+	if got := e.usage("sb-a", "openai").ReservedTokens; got != 0 {
+		t.Errorf("reservedTokens after the calls ended: got %d, want 0", got)
 	}
 }
 

@@ -18,6 +18,9 @@ type GatewayUsage struct {
 	InputTokens  int64 `json:"inputTokens"`
 	OutputTokens int64 `json:"outputTokens"`
 	TotalTokens  int64 `json:"totalTokens"`
+	// ReservedTokens are held of the token budget by the calls in flight
+	// (their input estimate and max_tokens) until they end.
+	ReservedTokens int64 `json:"reservedTokens,omitempty"`
 	// Budget is the provider's per-sandbox limits; zero is unlimited.
 	Budget GatewayBudget `json:"budget"`
 }
