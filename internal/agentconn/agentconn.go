@@ -71,6 +71,7 @@ type Conn struct {
 
 	mu      sync.Mutex
 	sess    *yamux.Session
+	guard   *guard // sess's
 	health  wire.AgentHealth
 	readyCh chan struct{} // closed while a healthy session is up
 	closed  bool
@@ -143,6 +144,8 @@ func listen(id, path string, log *slog.Logger, handshake time.Duration) (*Conn, 
 	return c, nil
 }
 
+const streamCloseTimeout = 5 * time.Second
+
 func yamuxConfig() *yamux.Config {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
@@ -156,7 +159,7 @@ func yamuxConfig() *yamux.Config {
 	cfg.AcceptBacklog = 16
 	// A stream the daemon closed is forgotten soon even if the agent never
 	// closes its end: until then, what the agent sends into it is buffered.
-	cfg.StreamCloseTimeout = 5 * time.Second
+	cfg.StreamCloseTimeout = streamCloseTimeout
 	return cfg
 }
 
@@ -230,7 +233,7 @@ func (c *Conn) adopt(nc net.Conn, handshakeDone func()) {
 		return
 	}
 	old := c.sess
-	c.sess = sess
+	c.sess, c.guard = sess, g
 	c.health = h
 	select {
 	case <-c.readyCh:
@@ -247,13 +250,13 @@ func (c *Conn) adopt(nc net.Conn, handshakeDone func()) {
 	<-sess.CloseChan()
 	c.mu.Lock()
 	if c.sess == sess {
-		c.sess = nil
+		c.sess, c.guard = nil, nil
 		c.readyCh = make(chan struct{})
 	}
 	c.mu.Unlock()
-	if g.err != nil {
+	if err := g.cutErr(); err != nil {
 		c.refused.Add(1)
-		c.logf(slog.LevelWarn, "agent session cut", "err", g.err)
+		c.logf(slog.LevelWarn, "agent session cut", "err", err)
 		return
 	}
 	c.logf(slog.LevelDebug, "agent session ended")
@@ -297,27 +300,32 @@ func (c *Conn) Connected() bool {
 }
 
 func (c *Conn) session(ctx context.Context) (*yamux.Session, error) {
+	s, _, err := c.sessionGuard(ctx)
+	return s, err
+}
+
+func (c *Conn) sessionGuard(ctx context.Context) (*yamux.Session, *guard, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil, fmt.Errorf("agent connection of sandbox %s is closed: %w", c.id, errdefs.ErrUnavailable)
+			return nil, nil, fmt.Errorf("agent connection of sandbox %s is closed: %w", c.id, errdefs.ErrUnavailable)
 		}
-		s, ready := c.sess, c.readyCh
+		s, g, ready := c.sess, c.guard, c.readyCh
 		c.mu.Unlock()
 		if s != nil && !s.IsClosed() {
-			return s, nil
+			return s, g, nil
 		}
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for the agent of sandbox %s: %w", c.id, errors.Join(errdefs.ErrUnavailable, ctx.Err()))
+			return nil, nil, fmt.Errorf("wait for the agent of sandbox %s: %w", c.id, errors.Join(errdefs.ErrUnavailable, ctx.Err()))
 		}
 	}
 }
 
 func (c *Conn) openStream(ctx context.Context) (net.Conn, error) {
-	s, err := c.session(ctx)
+	s, g, err := c.sessionGuard(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +333,7 @@ func (c *Conn) openStream(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open agent stream: %w", errors.Join(errdefs.ErrUnavailable, err))
 	}
-	return st, nil
+	return stream{Stream: st, g: g}, nil
 }
 
 // Do sends req to the agent. req.URL's path and query are used as they are;

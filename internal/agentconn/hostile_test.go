@@ -385,7 +385,30 @@ func TestGuardFrames(t *testing.T) {
 			t.Errorf("split %d: a SYN from the agent: got %v, want %v", split, err, errAgentStream)
 		}
 	}
+	// A closed stream's data is dropped: the frame passes, empty, with
+	// its flags; other streams' data passes.
 	g := newGuard(nil)
+	g.closeStream(3)
+	in := append(frame(frameData, 0, 3, 5, 'h', 'e', 'l', 'l', 'o'), frame(frameData, 0, 5, 2, 'o', 'k')...)
+	in = append(in, frame(frameData, flagFIN, 3, 3, 'b', 'y', 'e')...)
+	for i := range in {
+		if err := g.scan(in[i : i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := append(frame(frameData, 0, 3, 0), frame(frameData, 0, 5, 2, 'o', 'k')...)
+	want = append(want, frame(frameData, flagFIN, 3, 0)...)
+	if string(g.out) != string(want) {
+		t.Errorf("closed stream 3: got % x, want % x", g.out, want)
+	}
+	if got := g.dropped.Load(); got != 8 {
+		t.Errorf("dropped: got %d bytes, want 8", got)
+	}
+	if g.isClosed(3, 0) {
+		t.Error("stream 3 is still marked closed after the agent's FIN")
+	}
+
+	g = newGuard(nil)
 	now := time.Now()
 	for i := range pingBurst {
 		if !g.ping(now) {
@@ -397,5 +420,29 @@ func TestGuardFrames(t *testing.T) {
 	}
 	if !g.ping(now.Add(pingEvery)) {
 		t.Error("a ping after the refill refused")
+	}
+}
+
+// TestClosedStreamDropped: what an agent sends into a stream the daemon
+// closed (a call given up after its cap) is dropped as it comes, not
+// buffered in the stream until the agent closes its end.
+func TestClosedStreamDropped(t *testing.T) {
+	t.Parallel()
+	c := newConn(t)
+	var n atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", endless(&n, `{"path":"`))
+	hostileAgent(t, c, mux)
+	var u wire.DiskUsage
+	if err := c.DoJSON(t.Context(), http.MethodGet, "/v1/stats/disk", nil, &u); err == nil {
+		t.Fatal("an endless answer decoded")
+	}
+	c.mu.Lock()
+	g := c.guard
+	c.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); g.dropped.Load() < 1<<20; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("dropped %d bytes of the closed stream (the agent sent %d), want the rest of its window (over 1 MiB)", g.dropped.Load(), n.Load())
+		}
 	}
 }
