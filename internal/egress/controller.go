@@ -175,7 +175,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if c.cfg.GatewayPort > 0 {
 		ports = append(ports, c.cfg.GatewayPort)
 	}
-	c.fw = newFirewall(ipt, ipsetCmd{}, c.cfg.Network, c.cfg.Subnet, gw, ports, c.cfg.AllowPrivate)
+	c.fw = newFirewall(iptablesCmd{ipt}, ipsetCmd{}, c.cfg.Network, c.cfg.Subnet, gw, ports, c.cfg.AllowPrivate)
 	if hostHasIPv6() {
 		bridge, err := c.drv.NetworkBridge(ctx, c.cfg.Network)
 		if err != nil {

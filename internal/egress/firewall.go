@@ -1,16 +1,19 @@
 package egress
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coreos/go-iptables/iptables"
 
@@ -60,6 +63,42 @@ const (
 	dnsPort       = 53
 	commentPrefix = "hotcell: "
 )
+
+// restorer is an iptablesAPI that can also apply many changes in one
+// iptables-restore --noflush run.
+type restorer interface {
+	Restore(rules string) error
+}
+
+// restoreLine renders one rule for iptables-restore, quoting arguments
+// with spaces (comments, NFLOG prefixes).
+func restoreLine(op, chain string, spec []string) string {
+	var b strings.Builder
+	b.WriteString(op + " " + chain)
+	for _, a := range spec {
+		a = strings.ReplaceAll(a, `"`, "")
+		if strings.ContainsAny(a, " \t") {
+			a = `"` + a + `"`
+		}
+		b.WriteString(" " + a)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// iptablesCmd is go-iptables with Restore.
+type iptablesCmd struct{ *iptables.IPTables }
+
+func (t iptablesCmd) Restore(rules string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "-w")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables-restore: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
 
 // iptablesAPI is the part of go-iptables the firewall uses; tests fake it.
 type iptablesAPI interface {
@@ -358,18 +397,6 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 		_ = f.ipt.ClearAndDeleteChain(table, dynC)
 		return counters{}, err
 	}
-	for _, c := range []string{mainC, dynC} {
-		// A leftover of a crash under the same generation goes first; the
-		// main chain refers to the dynamic one, so it goes before it.
-		if err := f.ipt.ClearAndDeleteChain(table, c); err != nil && !isNotExist(err) {
-			return undo(fmt.Errorf("clear chain %s: %w", c, err))
-		}
-	}
-	for _, c := range []string{dynC, mainC} {
-		if err := f.ipt.NewChain(table, c); err != nil {
-			return undo(fmt.Errorf("create chain %s: %w", c, err))
-		}
-	}
 	if p.Mode == wire.EgressAllowlist {
 		// The sandbox's any-port set is made anew with what it keeps
 		// (atomically, by a swap: the old chains use it until the new ones
@@ -393,25 +420,59 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 		if err := f.sets.Add(f.learnedSet(), add...); err != nil {
 			return undo(fmt.Errorf("learned address set: %w", err))
 		}
-		for _, spec := range f.dynRules(key) {
+	}
+	// The chains, their rules and the jump to them.
+	var dynSpecs [][]string
+	if p.Mode == wire.EgressAllowlist {
+		dynSpecs = f.dynRules(key)
+	}
+	dynSpecs = append(dynSpecs, f.dynDrop(key)...)
+	mainSpecs := f.policyRules(id, p, dynC)
+	jump := []string{"-s", netip.PrefixFrom(addr, 32).String(), "-g", mainC}
+	if r, ok := f.ipt.(restorer); ok {
+		// One iptables-restore for all of it, in one transaction: a
+		// sandbox's rules cost one process, not one per rule, and a
+		// failure changes nothing. Declaring the chains empties a
+		// leftover of a crash under the same generation.
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%s\n:%s - [0:0]\n:%s - [0:0]\n", table, dynC, mainC)
+		for _, spec := range dynSpecs {
+			b.WriteString(restoreLine("-A", dynC, spec))
+		}
+		for _, spec := range mainSpecs {
+			b.WriteString(restoreLine("-A", mainC, spec))
+		}
+		b.WriteString(restoreLine("-I", f.base+" 1", jump))
+		b.WriteString("COMMIT\n")
+		if err := r.Restore(b.String()); err != nil {
+			return undo(fmt.Errorf("add chains %s and %s: %w", mainC, dynC, err))
+		}
+	} else {
+		for _, c := range []string{mainC, dynC} {
+			// A leftover of a crash under the same generation goes
+			// first; the main chain refers to the dynamic one.
+			if err := f.ipt.ClearAndDeleteChain(table, c); err != nil && !isNotExist(err) {
+				return undo(fmt.Errorf("clear chain %s: %w", c, err))
+			}
+		}
+		for _, c := range []string{dynC, mainC} {
+			if err := f.ipt.NewChain(table, c); err != nil {
+				return undo(fmt.Errorf("create chain %s: %w", c, err))
+			}
+		}
+		for _, spec := range dynSpecs {
 			if err := f.ipt.Append(table, dynC, spec...); err != nil {
 				return undo(fmt.Errorf("fill chain %s: %w", dynC, err))
 			}
 		}
-	}
-	for _, spec := range f.dynDrop(key) {
-		if err := f.ipt.Append(table, dynC, spec...); err != nil {
-			return undo(fmt.Errorf("fill chain %s: %w", dynC, err))
+		for _, spec := range mainSpecs {
+			if err := f.ipt.Append(table, mainC, spec...); err != nil {
+				return undo(fmt.Errorf("fill chain %s: %w", mainC, err))
+			}
 		}
-	}
-	for _, spec := range f.policyRules(id, p, dynC) {
-		if err := f.ipt.Append(table, mainC, spec...); err != nil {
-			return undo(fmt.Errorf("fill chain %s: %w", mainC, err))
+		if err := f.ipt.Insert(table, f.base, 1, jump...); err != nil {
+			return undo(fmt.Errorf("add jump to %s: %w", mainC, err))
 		}
-	}
-	jump := []string{"-s", netip.PrefixFrom(addr, 32).String(), "-g", mainC}
-	if err := f.ipt.Insert(table, f.base, 1, jump...); err != nil {
-		return undo(fmt.Errorf("add jump to %s: %w", mainC, err))
 	}
 	// The new rules are in force; what follows only tidies up.
 	oldAddr := f.addrs[key]

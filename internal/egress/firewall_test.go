@@ -572,3 +572,55 @@ func tableOf(ipt *fakeIPT) map[string][]string {
 	}
 	return out
 }
+
+// restoringIPT is the fake table with Restore: it records the payload and
+// makes the chains and the jump it names, so that the rest of the
+// firewall's logic runs on.
+type restoringIPT struct {
+	*fakeIPT
+	payloads []string
+}
+
+func (r *restoringIPT) Restore(rules string) error {
+	r.payloads = append(r.payloads, rules)
+	for _, l := range strings.Split(rules, "\n") {
+		switch {
+		case strings.HasPrefix(l, ":"):
+			if err := r.NewChain(table, strings.Fields(l[1:])[0]); err != nil {
+				return err
+			}
+		case strings.HasPrefix(l, "-I "):
+			f := strings.Fields(l)
+			if err := r.Insert(table, f[1], 1, f[3:]...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// TestFirewallRestore: with iptables-restore at hand, a sandbox's chains,
+// rules and jump go in as one payload (one process, one transaction),
+// arguments with spaces quoted.
+func TestFirewallRestore(t *testing.T) {
+	t.Parallel()
+	c, ipt := testController(t, 7)
+	r := &restoringIPT{fakeIPT: ipt}
+	c.fw.ipt = r
+	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test", "203.0.113.0/24"}})
+	if len(r.payloads) != 1 {
+		t.Fatalf("got %d restores, want 1", len(r.payloads))
+	}
+	if !c.fw.sandboxOK(idA) {
+		t.Error("the sandbox's jump is not in place")
+	}
+	golden(t, "firewall-restore.golden", generation.ReplaceAllString(r.payloads[0], "$1-gen"))
+}
+
+func TestRestoreLine(t *testing.T) {
+	t.Parallel()
+	got := restoreLine("-A", "HCE-x", []string{"-m", "comment", "--comment", `hotcell: a "b"`, "-j", "DROP"})
+	if want := "-A HCE-x -m comment --comment \"hotcell: a b\" -j DROP\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
