@@ -111,7 +111,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if buf.Len() > mib {
-		t.Errorf("the tar of %d MiB of sparse files takes %d bytes, want under 1 MiB", (64+64+32+8), buf.Len())
+		t.Errorf("the tar of %d MiB of sparse files takes %d bytes, want under 1 MiB", (64 + 64 + 32 + 8), buf.Len())
 	}
 
 	// archive/tar reads it back, holes as zeros; HoleWriter keeps them.
