@@ -107,6 +107,9 @@ func TestStatsStream(t *testing.T) {
 	defer srv.Close()
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/v1/sandboxes/run/stats?stream=true&intervalMs=100", nil)
 	req.Header.Set("Authorization", "Bearer t")
+	// Timed from before the request: the first samples may be written
+	// before a loaded client gets to read the headers.
+	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +120,6 @@ func TestStatsStream(t *testing.T) {
 	}
 	var types []string
 	sc := bufio.NewScanner(resp.Body)
-	start := time.Now()
 	for sc.Scan() {
 		var ev struct {
 			wire.StatsEvent
