@@ -26,8 +26,9 @@ func (a *app) egressCmd() *cobra.Command {
 		Long: `Without flags, show a sandbox's egress policy, what its firewall dropped, the
 DNS names it was refused and the addresses its allowlisted names resolved to.
 
-With --mode or --allow, replace the policy of the running sandbox: open (anything
-but other sandboxes, the host's ports and link-local addresses), none (loopback
+With --mode or --allow, replace the policy of the running sandbox: open (the public
+internet: not other sandboxes, the host's ports, broadcast, link-local, cloud
+metadata or private ranges other than egress_allow_private), none (loopback
 only) or allowlist (only the --allow entries: names, *.suffix wildcards, CIDRs,
 each with an optional :port). The new policy is in force when the command returns.`,
 		Example: `  hotcell egress sb-3f9a1c2b7d4e

@@ -4,8 +4,10 @@ import "time"
 
 // Egress modes of a sandbox.
 const (
-	// EgressOpen reaches anything but other sandboxes, the host's ports
-	// (DNS and the LLM gateway excepted) and link-local addresses.
+	// EgressOpen reaches the public internet: not other sandboxes, the
+	// host's ports (DNS and the LLM gateway excepted), broadcast and
+	// multicast, link-local, cloud metadata or private ranges (but those
+	// the operator allows).
 	EgressOpen = "open"
 	// EgressNone has no network at all: loopback only.
 	EgressNone = "none"
@@ -79,7 +81,8 @@ type EgressDenial struct {
 	Packets int64 `json:"packets,omitempty"`
 	// Address, Protocol (tcp, udp, icmp or a number) and Port (tcp and
 	// udp) are the dropped packet's destination, and Reason the rule that
-	// dropped it: not-allowed, host, link-local or sandbox. Only when the
+	// dropped it: not-allowed, host, broadcast, link-local, metadata,
+	// sandbox or private. Only when the
 	// denial log is available (kind connect).
 	Address  string `json:"address,omitempty"`
 	Protocol string `json:"protocol,omitempty"`

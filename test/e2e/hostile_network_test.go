@@ -91,7 +91,8 @@ func checkHealthy(t *testing.T, d *testdaemon.Daemon, neighbour string) {
 // addresses (link-local and not), a private-range address (each assigned
 // in the test's namespace and routed to it by the test) and a UDP service
 // of the host reached by broadcast do not; nor does the host through the
-// gateway address or the subnet's broadcast.
+// gateway address or the subnet's broadcast. An operator's
+// egress_allow_private opens its network and never the metadata addresses.
 func TestHostileNetworkOpen(t *testing.T) {
 	testenv.RequireDocker(t)
 	testenv.RequireRoot(t, "egress tests make network namespaces and read iptables")
@@ -180,6 +181,22 @@ func TestHostileNetworkOpen(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	checkHealthy(t, d, neighbour.ID)
+
+	// The operator opens one private network (egress_allow_private, the
+	// test's own address): it answers; metadata inside 100.64/10 does not,
+	// even with all of 100.64/10 allowed.
+	d2 := testdaemon.StartWith(t, testdaemon.Options{Args: []string{"--egress-allow-private", in.private.String() + "/32,100.64.0.0/10"}})
+	t.Cleanup(d2.Close)
+	sb2, err := d2.C.CreateSandbox(ctx, client.CreateSandboxRequest{Egress: &client.EgressPolicy{Mode: client.EgressOpen}})
+	if err != nil {
+		t.Fatalf("create sandbox: %v\n%s", err, d2.Logs())
+	}
+	if out := run(t, d2, sb2.ID, fmt.Sprintf("timeout 5 nc %s 80 </dev/null 2>&1; true", in.private)).Stdout; !strings.Contains(out, "hello from") {
+		t.Errorf("with egress_allow_private %s, the open sandbox does not reach it: %q", in.private, out)
+	}
+	if out := run(t, d2, sb2.ID, "timeout 5 nc 100.100.100.200 80 </dev/null 2>&1; true").Stdout; strings.Contains(out, "hello") {
+		t.Errorf("egress_allow_private 100.64.0.0/10 opened the metadata address 100.100.100.200: %q", out)
+	}
 }
 
 // lastAddr is the broadcast address of p.
