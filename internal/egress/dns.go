@@ -173,7 +173,7 @@ func (r *resolver) answer(remote net.Addr, netw string, q *dns.Msg) *dns.Msg {
 		if d.Sandbox != "" {
 			r.src.refused(d.Sandbox, name)
 		}
-		r.logf(d.Sandbox, "dns query refused", "source", src, "name", clip(name), "type", dns.TypeToString[qtype], "reason", why)
+		r.logf(slog.LevelInfo, d.Sandbox, "dns query refused", "source", src, "name", clip(name), "type", dns.TypeToString[qtype], "reason", why)
 		return refuse()
 	}
 	if qtype == dns.TypeAAAA && len(d.Learn) > 0 {
@@ -187,7 +187,7 @@ func (r *resolver) answer(remote net.Addr, netw string, q *dns.Msg) *dns.Msg {
 	defer cancel()
 	resp, err := r.forward(ctx, netw, q)
 	if err != nil {
-		r.logf(d.Sandbox, "dns upstream failed", "name", clip(name), "err", err)
+		r.logf(slog.LevelWarn, d.Sandbox, "dns upstream failed", "name", clip(name), "err", err)
 		m := new(dns.Msg)
 		m.SetRcode(q, dns.RcodeServerFailure)
 		return m
@@ -242,7 +242,7 @@ var allowlistQtypes = map[uint16]bool{
 
 // logf writes a log line a sandbox caused (id; "" for an address of no
 // sandbox), within that sandbox's share of the log.
-func (r *resolver) logf(id, msg string, args ...any) {
+func (r *resolver) logf(level slog.Level, id, msg string, args ...any) {
 	var ok bool
 	var held int
 	if id == "" {
@@ -256,7 +256,7 @@ func (r *resolver) logf(id, msg string, args ...any) {
 	if held > 0 {
 		args = append(args, "heldBack", held)
 	}
-	r.log.Info(msg, append([]any{"sandbox", id}, args...)...)
+	r.log.Log(context.Background(), level, msg, append([]any{"sandbox", id}, args...)...)
 }
 
 // forward asks each upstream in turn; a truncated UDP answer is retried
