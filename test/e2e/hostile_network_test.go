@@ -453,9 +453,17 @@ func TestHostileNetworkIPv6(t *testing.T) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	addrs, err := exec.Command("ip", "-6", "-o", "addr", "show", "dev", bridge, "scope", "link").Output()
-	if err != nil {
-		t.Fatalf("addresses of %s: %v", bridge, err)
+	// A fresh bridge's link-local address is "tentative" until duplicate
+	// address detection ends (about a second after the first port comes
+	// up); until then nothing, the host included, can use it.
+	var addrs []byte
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if addrs, err = exec.Command("ip", "-6", "-o", "addr", "show", "dev", bridge, "scope", "link").Output(); err != nil {
+			t.Fatalf("addresses of %s: %v", bridge, err)
+		}
+		if !strings.Contains(string(addrs), "tentative") || time.Now().After(deadline) {
+			break
+		}
 	}
 	var ll string
 	for _, w := range strings.Fields(string(addrs)) {
@@ -468,7 +476,7 @@ func TestHostileNetworkIPv6(t *testing.T) {
 	} else {
 		// The service answers on that address from the host itself.
 		if got, err := hostDial(fmt.Sprintf("[%s%%%s]:%d", ll, bridge, port)); err != nil || !strings.Contains(got, "host v6 service") {
-			t.Fatalf("the host cannot reach its own service on %s: %q, %v", ll, got, err)
+			t.Fatalf("the host cannot reach its own service on %s: %q, %v\n%s", ll, got, err, addrs)
 		}
 		mu.Lock()
 		conns = nil
