@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/hotcell/hotcell/internal/testenv"
 )
 
 // sparseFile makes a file of size bytes with data only at the offsets given.
@@ -164,9 +166,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 
 	// GNU tar reads it too (and is what an operator would use on a download).
-	if _, err := exec.LookPath("tar"); err != nil {
-		t.Skip("no tar here")
-	}
+	testenv.RequireTool(t, "tar")
 	archive := filepath.Join(t.TempDir(), "a.tar")
 	if err := os.WriteFile(archive, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
