@@ -66,6 +66,10 @@ type Options struct {
 	// ReloadGateway re-reads the gateway providers' keys from the config
 	// (POST /v1/gateway/reload); nil answers 501.
 	ReloadGateway func(ctx context.Context) (wire.GatewayReload, error)
+	// E2B serves E2B's API under /e2b (internal/e2b), with the prefix
+	// stripped; it checks its own credentials (API keys, envd tokens). nil
+	// leaves /e2b unserved.
+	E2B http.Handler
 	// StreamWriteTimeout bounds each write of a streamed answer (NDJSON
 	// lines, pass-through chunks): a client that stops reading for this
 	// long loses its stream, and the work behind it stops. 0 means
@@ -190,6 +194,8 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 		errdefs.Write(rw, errHostNotAllowed(r), rid)
 	} else if s.servePreviewHost(rw, r) {
 		// {port}-{id}.<preview domain>: the preview checks its own credentials.
+	} else if s.opts.E2B != nil && (r.URL.Path == e2bPrefix || strings.HasPrefix(r.URL.Path, e2bPrefix+"/")) {
+		http.StripPrefix(e2bPrefix, s.opts.E2B).ServeHTTP(rw, r)
 	} else if _, pattern := s.mux.Handler(r); r.URL.Path != "/healthz" && !strings.HasSuffix(pattern, previewPathSuffix) && !s.authorized(r) {
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="hotcell"`)
 		errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file>: %w", errdefs.ErrUnauthenticated), rid)
@@ -199,6 +205,10 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 	}
 	return false
 }
+
+// e2bPrefix is where E2B's API is served: E2B_API_URL and E2B_SANDBOX_URL
+// both point at http://<daemon>/e2b.
+const e2bPrefix = "/e2b"
 
 func (s *Server) authorized(r *http.Request) bool {
 	h := r.Header.Get("Authorization")

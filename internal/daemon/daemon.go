@@ -137,8 +137,13 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	mets.Registry().MustRegister(gw.Collector())
 	mets.Registry().MustRegister(eg.Collector())
 
+	e2bSrv, err := newE2B(cfg, token, mgr, log)
+	if err != nil {
+		return err
+	}
 	srv := api.New(withManager(api.Options{
 		Token:              token,
+		E2B:                e2bSrv.Handler(),
 		ExecTimeout:        cfg.ExecTimeout,
 		MaxExecOutput:      cfg.MaxExecOutput,
 		StreamWriteTimeout: cfg.StreamWriteTimeout,

@@ -1,0 +1,30 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/e2b"
+	"github.com/hotcell/hotcell/internal/sandbox"
+)
+
+// newE2B builds the E2B-compatible API (docs/e2b.md). Its envd access
+// tokens derive from a secret kept in the data dir, so they survive a
+// restart.
+func newE2B(cfg config.Config, token string, mgr *sandbox.Manager, log *slog.Logger) (*e2b.Server, error) {
+	secret, _, err := config.EnsureToken(filepath.Join(cfg.DataDir, "e2b-secret"))
+	if err != nil {
+		return nil, fmt.Errorf("e2b secret: %w", err)
+	}
+	return e2b.New(e2b.Options{
+		Sandboxes:    mgr,
+		Activity:     mgr,
+		Token:        token,
+		Secret:       []byte(secret),
+		DefaultImage: cfg.DefaultImage,
+		Domain:       cfg.PreviewDomain,
+		Log:          log,
+	}), nil
+}
