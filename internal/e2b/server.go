@@ -116,9 +116,6 @@ func (s *Server) routes() {
 	})
 }
 
-// controlRoutes registers the control plane (control.go).
-func (s *Server) controlRoutes() {}
-
 // envdRoutes registers envd: the process service (process.go), the
 // filesystem service (filesystem.go) and /files (files.go).
 func (s *Server) envdRoutes() {
@@ -126,6 +123,9 @@ func (s *Server) envdRoutes() {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	})
+	s.processRoutes()
+	s.filesystemRoutes()
+	s.filesRoutes()
 }
 
 // control registers a control-plane route: the caller must present an API
