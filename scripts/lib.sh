@@ -61,6 +61,21 @@ ensure_go() {
 	esac
 }
 
+# ensure_e2b_sdk installs the e2b npm SDK the E2B end-to-end tests run
+# (test/e2e/e2b, pinned by its package-lock.json) with npm ci.
+ensure_e2b_sdk() {
+	command -v node >/dev/null && command -v npm >/dev/null ||
+		die "Node.js is not installed: the E2B tests run the e2b npm SDK; install Node.js 20.18 or newer (https://nodejs.org)"
+	local v
+	v=$(node -p 'process.versions.node')
+	case "$v" in
+	20.1[8-9].* | 20.[2-9][0-9].* | 2[2-9].* | [3-9][0-9].*) ;;
+	*) die "Node.js $v is too old (or 21.x): the e2b SDK needs Node.js 20.18 or newer" ;;
+	esac
+	log "installing the e2b npm SDK for the E2B tests"
+	(cd "$HOTCELL_ROOT/test/e2e/e2b" && npm ci --no-audit --no-fund --loglevel=error)
+}
+
 # build_binaries builds bin/hotcell and the static bin/hotcell-agent.
 build_binaries() {
 	log "building hotcell and hotcell-agent"
