@@ -45,6 +45,9 @@ type Options struct {
 	Logger *slog.Logger
 	// ProcDir holds background processes' records and logs. Default /.hotcell-state/procs.
 	ProcDir string
+	// EtcDir holds the passwd and group files that name users and groups.
+	// Default /etc.
+	EtcDir string
 }
 
 type handler struct {
@@ -73,6 +76,9 @@ func NewHandler(opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.EtcDir == "" {
+		opts.EtcDir = "/etc"
+	}
 	h := &handler{
 		opts:      opts,
 		workspace: opts.Workspace,
@@ -93,6 +99,7 @@ func NewHandler(opts Options) http.Handler {
 	mux.Handle("GET /v1/fs/stat", h.adapt(h.stat))
 	mux.Handle("POST /v1/fs/mkdir", h.adapt(h.mkdir))
 	mux.Handle("POST /v1/fs/move", h.adapt(h.move))
+	mux.Handle("GET /v1/fs/entries", h.adapt(h.entries))
 	mux.Handle("PUT /v1/archive", h.adapt(h.extractArchive))
 	mux.Handle("GET /v1/archive", h.adapt(h.createArchive))
 	h.processRoutes(mux)
@@ -100,6 +107,7 @@ func NewHandler(opts Options) http.Handler {
 	h.watchRoutes(mux)
 	h.portRoutes(mux)
 	h.restoreRoutes(mux)
+	h.accountsRoutes(mux)
 	mux.Handle("/", h.adapt(func(w http.ResponseWriter, r *http.Request) error {
 		return classErr(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path)
 	}))

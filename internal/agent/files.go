@@ -95,6 +95,12 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if p == "/" {
 		return errdefs.Invalid("path", "/ is a directory")
 	}
+	// With uid and gid the file (and any directory the write creates)
+	// belongs to them, as if that user had written it.
+	own, err := parseOwner(q)
+	if err != nil {
+		return err
+	}
 	target := p
 	existing, err := os.Lstat(target)
 	if err == nil && existing.Mode()&os.ModeSymlink != 0 {
@@ -118,7 +124,7 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 		return fsErr("write", p, err)
 	}
 	dir, base := filepath.Split(target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAll(dir, own); err != nil {
 		return fsErr("write", p, err)
 	}
 	tmp, err := os.CreateTemp(dir, "."+base+".hotcell-tmp-*")
@@ -146,7 +152,14 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if err := tmp.Chmod(mode.FS()); err != nil {
 		return fsErr("write", p, err)
 	}
-	if existing != nil {
+	if own != nil {
+		if err := tmp.Chown(own.uid, own.gid); err != nil {
+			return fsErr("write", p, err)
+		}
+		if err := tmp.Chmod(mode.FS()); err != nil { // chown clears setuid bits
+			return fsErr("write", p, err)
+		}
+	} else if existing != nil {
 		if st, ok := existing.Sys().(*syscall.Stat_t); ok {
 			// Keep the owner; only root can give files away, so an
 			// error here just means the new file is ours.

@@ -87,6 +87,10 @@ func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	own, err := parseOwner(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	mode := wire.FileMode(0o755)
 	if req.Mode != nil {
 		mode = *req.Mode
@@ -102,9 +106,12 @@ func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if req.Parents {
-		err = os.MkdirAll(p, 0o755)
+		err = mkdirAll(p, own)
 	} else {
 		err = os.Mkdir(p, mode.FS())
+		if err == nil {
+			err = own.chown(p)
+		}
 	}
 	if err != nil {
 		return fsErr("mkdir", p, err)
@@ -133,6 +140,10 @@ func (h *handler) move(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	own, err := parseOwner(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	if from == "/" || from == h.workspace {
 		return errdefs.Invalid("from", "refusing to move %s", from)
 	}
@@ -142,7 +153,7 @@ func (h *handler) move(w http.ResponseWriter, r *http.Request) error {
 	if from == to {
 		return errdefs.Invalid("to", "%s is the same as from", to)
 	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+	if err := mkdirAll(filepath.Dir(to), own); err != nil {
 		return fsErr("move", to, err)
 	}
 	if err := rename(from, to, req.Overwrite); err != nil {

@@ -32,6 +32,10 @@ const (
 	// watchFailed marks the watcher's last event, when the watch cannot go
 	// on; the stream turns it into its failure line.
 	watchFailed = "failed"
+	// watchChmod is a change of a file's attributes only (IN_ATTRIB),
+	// reported as such with attrib=true (the E2B front's CHMOD events);
+	// otherwise it is "modified".
+	watchChmod = "chmod"
 )
 
 type watchService struct {
@@ -56,6 +60,7 @@ type watchSpec struct {
 	recursive bool
 	debounce  time.Duration
 	exclude   excludeSet
+	attrib    bool
 }
 
 func parseWatch(workspace string, q url.Values) (watchSpec, error) {
@@ -83,6 +88,9 @@ func parseWatch(workspace string, q url.Values) (watchSpec, error) {
 	}
 	s.debounce = time.Duration(ms) * time.Millisecond
 	if s.exclude, err = parseExcludes(q["exclude"]); err != nil {
+		return s, err
+	}
+	if s.attrib, err = queryBool(q, "attrib"); err != nil {
 		return s, err
 	}
 	return s, nil

@@ -424,6 +424,8 @@ func (w *inotifyWatcher) handle(wd int32, mask, cookie uint32, name string) {
 		}
 	case mask&syscall.IN_DELETE != 0:
 		w.push(w.event(wire.WatchDeleted, p, isDir))
+	case mask&syscall.IN_MODIFY == 0 && mask&syscall.IN_ATTRIB != 0 && w.spec.attrib:
+		w.push(w.event(watchChmod, p, isDir))
 	case mask&(syscall.IN_MODIFY|syscall.IN_ATTRIB) != 0:
 		w.push(w.event(wire.WatchModified, p, isDir))
 	}
