@@ -127,7 +127,7 @@ func errPreviewAuth(port int) error {
 // anyone else. setCookie says to hand the token back as a cookie; byCookie
 // says the preview cookie was the credential that let r in.
 func (s *Server) previewAccess(r *http.Request, id string, port int, parseErr error, byHost bool) (setCookie string, byCookie bool, err error) {
-	bearer := s.authorized(r)
+	_, bearer := s.authenticate(r) // the daemon's token or an API key
 	tok, fromQuery := presentedPreviewToken(r, byHost)
 	var cookie string
 	if byHost {

@@ -34,7 +34,12 @@ type Options struct {
 	Ports         Ports
 	Stats         Stats
 	GatewayAccess GatewayAccess
-	Token         string
+	// Token is the daemon's own credential: it may do everything,
+	// managing API keys included.
+	Token string
+	// APIKeys are named keys, accepted as bearer tokens on every route but
+	// key management; nil accepts only Token.
+	APIKeys APIKeys
 	// Host reports /v1/host.
 	Host func(ctx context.Context) (wire.HostInfo, error)
 	// ExecTimeout and MaxExecOutput are the exec defaults.
@@ -149,6 +154,7 @@ func (s *Server) routes() {
 	s.lifecycleRoutes()
 	s.backupRoutes()
 	s.gatewayRoutes()
+	s.keyRoutes()
 
 	// Anything else under the API gets a JSON 404 rather than the mux's text.
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) error {
@@ -166,9 +172,10 @@ func (s *Server) Handler() http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
 		aborted := s.serve(rw, r, rid)
 		// slog escapes the path; the query may hold file paths, so it is
-		// logged as a value too. Authorization is never logged.
+		// logged as a value too. Authorization is never logged; the name of
+		// the API key used is.
 		s.log.Debug("request", "id", rid, "method", r.Method, "path", r.URL.Path, "query", redact.Query(r.URL.RawQuery),
-			"status", rw.status, "bytes", rw.written, "ms", time.Since(start).Milliseconds(), "aborted", aborted)
+			"status", rw.status, "bytes", rw.written, "ms", time.Since(start).Milliseconds(), "aborted", aborted, "apiKey", rw.apiKey)
 		if s.opts.ObserveRequest != nil {
 			s.opts.ObserveRequest(r, rw.status, time.Since(start))
 		}
@@ -196,10 +203,16 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 		// {port}-{id}.<preview domain>: the preview checks its own credentials.
 	} else if s.opts.E2B != nil && (r.URL.Path == e2bPrefix || strings.HasPrefix(r.URL.Path, e2bPrefix+"/")) {
 		http.StripPrefix(e2bPrefix, s.opts.E2B).ServeHTTP(rw, r)
-	} else if _, pattern := s.mux.Handler(r); r.URL.Path != "/healthz" && !strings.HasSuffix(pattern, previewPathSuffix) && !s.authorized(r) {
+	} else if _, pattern := s.mux.Handler(r); r.URL.Path == "/healthz" || strings.HasSuffix(pattern, previewPathSuffix) {
+		// Open, or a preview that checks its own credentials.
+		s.touch(r)
+		s.mux.ServeHTTP(rw, r)
+	} else if c, ok := s.authenticate(r); !ok {
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="hotcell"`)
-		errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file>: %w", errdefs.ErrUnauthenticated), rid)
+		errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file, or an API key from hotcell keys create>: %w", errdefs.ErrUnauthenticated), rid)
 	} else {
+		rw.apiKey = c.key
+		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
 		s.touch(r)
 		s.mux.ServeHTTP(rw, r)
 	}
@@ -210,13 +223,24 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 // both point at http://<daemon>/e2b.
 const e2bPrefix = "/e2b"
 
-func (s *Server) authorized(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok {
-		return false
+// authenticate accepts the daemon's token or, when keys are enabled, an API
+// key, as Authorization: Bearer.
+func (s *Server) authenticate(r *http.Request) (caller, bool) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return caller{}, false
 	}
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) == 1
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) == 1 {
+		return caller{admin: true}, true
+	}
+	if s.opts.APIKeys == nil {
+		return caller{}, false
+	}
+	name, ok := s.opts.APIKeys.Verify(r.Context(), tok)
+	if !ok {
+		return caller{}, false
+	}
+	return caller{key: name}, true
 }
 
 type requestIDKey struct{}
@@ -288,6 +312,7 @@ type responseWriter struct {
 	http.ResponseWriter
 	status  int
 	written int64
+	apiKey  string // the name of the API key the request used, for the log
 }
 
 func (w *responseWriter) WriteHeader(code int) {

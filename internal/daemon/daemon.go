@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hotcell/hotcell/internal/api"
+	"github.com/hotcell/hotcell/internal/apikeys"
 	"github.com/hotcell/hotcell/internal/buildinfo"
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/driver/docker"
@@ -137,12 +138,14 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	mets.Registry().MustRegister(gw.Collector())
 	mets.Registry().MustRegister(eg.Collector())
 
-	e2bSrv, err := newE2B(cfg, token, mgr, log)
+	keys := apikeys.New(st, log)
+	e2bSrv, err := newE2B(cfg, token, keys, mgr, log)
 	if err != nil {
 		return err
 	}
 	srv := api.New(withManager(api.Options{
 		Token:              token,
+		APIKeys:            keys,
 		E2B:                e2bSrv.Handler(),
 		ExecTimeout:        cfg.ExecTimeout,
 		MaxExecOutput:      cfg.MaxExecOutput,

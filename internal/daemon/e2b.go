@@ -13,7 +13,7 @@ import (
 // newE2B builds the E2B-compatible API (docs/e2b.md). Its envd access
 // tokens derive from a secret kept in the data dir, so they survive a
 // restart.
-func newE2B(cfg config.Config, token string, mgr *sandbox.Manager, log *slog.Logger) (*e2b.Server, error) {
+func newE2B(cfg config.Config, token string, keys e2b.Keys, mgr *sandbox.Manager, log *slog.Logger) (*e2b.Server, error) {
 	secret, _, err := config.EnsureToken(filepath.Join(cfg.DataDir, "e2b-secret"))
 	if err != nil {
 		return nil, fmt.Errorf("e2b secret: %w", err)
@@ -21,6 +21,7 @@ func newE2B(cfg config.Config, token string, mgr *sandbox.Manager, log *slog.Log
 	return e2b.New(e2b.Options{
 		Sandboxes:    mgr,
 		Activity:     mgr,
+		Keys:         keys,
 		Token:        token,
 		Secret:       []byte(secret),
 		DefaultImage: cfg.DefaultImage,

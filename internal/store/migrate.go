@@ -78,6 +78,15 @@ var migrations = []string{
 		doc           TEXT NOT NULL,
 		PRIMARY KEY (sandbox_id, provider)
 	) WITHOUT ROWID;`,
+	// 5: named API keys (only their SHA-256; see apikeys.go). last_used_at
+	// is 0 until a key is first used.
+	`CREATE TABLE api_keys (
+		name         TEXT PRIMARY KEY,
+		key_hash     TEXT NOT NULL UNIQUE,
+		hint         TEXT NOT NULL,
+		created_at   INTEGER NOT NULL,
+		last_used_at INTEGER NOT NULL DEFAULT 0
+	) WITHOUT ROWID;`,
 }
 
 // SchemaVersion is the schema version this binary writes.
