@@ -28,6 +28,13 @@ type Manager interface {
 	Agent(ctx context.Context, id string) (*agentconn.Conn, error)
 }
 
+// runtimeResolver is implemented by a Manager that chooses a create's
+// isolation runtime: the one asked for, else the daemon's default, checked
+// against what the engine can run.
+type runtimeResolver interface {
+	ResolveRuntime(ctx context.Context, rt string) (string, error)
+}
+
 // Lifecycle is what pause, resume, timeouts and the event log need.
 type Lifecycle interface {
 	Pause(ctx context.Context, id string) (wire.Sandbox, error)

@@ -32,6 +32,15 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The runtime is settled (the request's, the snapshot's or the
+	// daemon's default) and checked against the engine before a streamed
+	// create answers 200: a missing one is a plain 400 that says how to
+	// enable it.
+	if rr, ok := s.opts.Manager.(runtimeResolver); ok {
+		if req.Runtime, err = rr.ResolveRuntime(r.Context(), req.Runtime); err != nil {
+			return err
+		}
+	}
 	if stream {
 		return s.createStream(w, r, req, co)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -63,6 +64,9 @@ func validateCreate(req *wire.CreateSandboxRequest, allowLocalRepos bool) error 
 		return errdefs.Invalid("image", "%q is not an image reference like hotcell/base:latest", clip(req.Image))
 	}
 	if err := cmdspec.Env("env", req.Env); err != nil {
+		return err
+	}
+	if err := sandbox.ValidateRuntime("runtime", req.Runtime); err != nil {
 		return err
 	}
 	if err := validateLabels("labels", req.Labels); err != nil {

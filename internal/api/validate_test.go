@@ -75,6 +75,7 @@ func TestValidateCreate(t *testing.T) {
 		{Repo: &wire.Repo{URL: "https://user:tok@example.com/r.git", Ref: "feature/x"}},
 		{Repo: &wire.Repo{URL: "git@example.com:org/r.git", Ref: "v1.2.3"}},
 		{Setup: []string{"make deps"}, SetupTimeoutMs: 1000},
+		{Runtime: wire.RuntimeRunc}, {Runtime: wire.RuntimeGVisor},
 	}
 	for i, req := range ok {
 		if err := validateCreate(&req, false); err != nil {
@@ -100,6 +101,8 @@ func TestValidateCreate(t *testing.T) {
 		{wire.CreateSandboxRequest{Repo: &wire.Repo{URL: "/r", Ref: "--upload-pack=x"}}, "repo.ref"},
 		{wire.CreateSandboxRequest{Setup: []string{"  "}}, "setup[0]"},
 		{wire.CreateSandboxRequest{SetupTimeoutMs: -1}, "setupTimeoutMs"},
+		{wire.CreateSandboxRequest{Runtime: "runsc"}, "runtime"},
+		{wire.CreateSandboxRequest{Runtime: "kata"}, "runtime"},
 	}
 	for _, tc := range bad {
 		err := validateCreate(&tc.req, true)

@@ -140,6 +140,9 @@ func (s *Service) PrepareCreate(ctx context.Context, req *wire.CreateSandboxRequ
 			return nil, errdefs.Invalid("restore", "give restore or snapshot, not both (the snapshot brings its workspace)")
 		}
 		req.Image = sn.Image
+		if req.Runtime == "" {
+			req.Runtime = sn.Runtime
+		}
 		req.Restore = &wire.RestoreSource{SandboxID: sn.SandboxID, BackupID: sn.WorkspaceBackupID}
 	}
 	if req.Restore != nil {

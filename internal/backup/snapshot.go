@@ -42,7 +42,13 @@ func (s *Service) Snapshot(ctx context.Context, sandboxID string) (wire.Snapshot
 		return wire.Snapshot{}, err
 	}
 	defer end()
-	sn := wire.Snapshot{ID: newID("sn"), SandboxID: sandboxID}
+	sb, err := s.sandboxes.Get(ctx, sandboxID)
+	if err != nil {
+		return wire.Snapshot{}, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err)
+	}
+	// Sandboxes made from the snapshot run as its sandbox did, unless
+	// their create names another runtime.
+	sn := wire.Snapshot{ID: newID("sn"), SandboxID: sandboxID, Runtime: sb.Runtime}
 	sn.Image = SnapshotRepo + ":" + sandboxID + "-" + sn.ID
 	// The workspace first, then the root filesystem: the engine pauses the
 	// box for the commit, and a paused agent cannot stream a backup.

@@ -123,6 +123,10 @@ type Config struct {
 	// config file and of ProvidersFile; gateway.go).
 	Providers     []Provider
 	ProvidersFile string
+	// DefaultRuntime is the isolation runtime of a create that names none
+	// (wire.RuntimeRunc or wire.RuntimeGVisor); GVisorEngineRuntime is the
+	// engine runtime that runs gVisor sandboxes (runtime.go).
+	DefaultRuntime, GVisorEngineRuntime string
 	// GatewayMaxConcurrent caps one sandbox's requests in flight through
 	// the LLM gateway, all providers together (gateway.go).
 	GatewayMaxConcurrent string
@@ -165,6 +169,10 @@ var settings = []setting{
 		func(c *Config) any { return &c.DataDir }},
 	{"default_image", kindString, "image for sandboxes created without one",
 		func(c *Config) any { return &c.DefaultImage }},
+	{"default_runtime", kindString, "isolation runtime of sandboxes created without one: runc (the host's kernel) or gvisor (gVisor's user-space kernel, runsc)",
+		func(c *Config) any { return &c.DefaultRuntime }},
+	{"gvisor_engine_runtime", kindString, "name under which the Docker Engine knows gVisor's runsc (a key of daemon.json's \"runtimes\")",
+		func(c *Config) any { return &c.GVisorEngineRuntime }},
 	{"agent_binary", kindString, "path of the hotcell-agent binary (default: next to hotcell, else in PATH)",
 		func(c *Config) any { return &c.AgentBinary }},
 	{"log_level", kindString, "log level: debug, info, warn or error",
@@ -241,30 +249,32 @@ func lookup(key string) (setting, bool) {
 // Default returns the configuration before any file, environment or flag.
 func Default() Config {
 	return Config{
-		Listen:             DefaultListen,
-		DataDir:            DefaultDataDir,
-		DefaultImage:       DefaultImage,
-		LogLevel:           "info",
-		LogFormat:          "text",
-		ExecTimeout:        defaultExecTimeout,
-		SetupTimeout:       defaultSetupTimeout,
-		GitTimeout:         defaultGitTimeout,
-		MaxExecOutput:      defaultMaxExecOut,
-		ShutdownTimeout:    defaultShutdown,
-		StreamWriteTimeout: defaultStreamWrite,
-		IdleAction:         "stop",
-		LifetimeAction:     "destroy",
-		OrphanGrace:        10 * time.Minute,
-		EngineRestart:      "restart",
-		PreviewDomain:      DefaultPreviewDomain,
-		PreviewTokenTTL:    24 * time.Hour,
-		DefaultLimits:      DefaultSandboxLimits,
-		MaxLimits:          DefaultMaxLimits,
-		BackupMaxSize:      DefaultBackupMaxSize,
-		BackupQuota:        DefaultBackupQuota,
-		MinFreeDisk:        DefaultMinFreeDisk,
-		BackupIdleTimeout:  DefaultBackupIdleTimeout,
-		DiskCheckInterval:  10 * time.Second,
+		Listen:              DefaultListen,
+		DataDir:             DefaultDataDir,
+		DefaultImage:        DefaultImage,
+		DefaultRuntime:      wire.RuntimeRunc,
+		GVisorEngineRuntime: DefaultGVisorEngineRuntime,
+		LogLevel:            "info",
+		LogFormat:           "text",
+		ExecTimeout:         defaultExecTimeout,
+		SetupTimeout:        defaultSetupTimeout,
+		GitTimeout:          defaultGitTimeout,
+		MaxExecOutput:       defaultMaxExecOut,
+		ShutdownTimeout:     defaultShutdown,
+		StreamWriteTimeout:  defaultStreamWrite,
+		IdleAction:          "stop",
+		LifetimeAction:      "destroy",
+		OrphanGrace:         10 * time.Minute,
+		EngineRestart:       "restart",
+		PreviewDomain:       DefaultPreviewDomain,
+		PreviewTokenTTL:     24 * time.Hour,
+		DefaultLimits:       DefaultSandboxLimits,
+		MaxLimits:           DefaultMaxLimits,
+		BackupMaxSize:       DefaultBackupMaxSize,
+		BackupQuota:         DefaultBackupQuota,
+		MinFreeDisk:         DefaultMinFreeDisk,
+		BackupIdleTimeout:   DefaultBackupIdleTimeout,
+		DiskCheckInterval:   10 * time.Second,
 
 		EgressNetwork:     DefaultEgressNetwork,
 		EgressSubnet:      DefaultEgressSubnet,
@@ -554,6 +564,9 @@ func (c *Config) Validate() error {
 	if err := c.validateLimits(bad); err != nil {
 		return err
 	}
+	if err := c.validateRuntime(bad); err != nil {
+		return err
+	}
 	if err := c.validateBackups(bad); err != nil {
 		return err
 	}
@@ -702,6 +715,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("listen", c.Listen),
 		slog.String("data_dir", c.DataDir),
 		slog.String("default_image", c.DefaultImage),
+		slog.String("default_runtime", c.DefaultRuntime),
+		slog.String("gvisor_engine_runtime", c.GVisorEngineRuntime),
 		slog.String("agent_binary", c.AgentBinary),
 		slog.String("log_level", c.LogLevel),
 		slog.String("log_format", c.LogFormat),

@@ -61,6 +61,7 @@ func TestDefaults(t *testing.T) {
 		Listen:             "127.0.0.1:8080",
 		DataDir:            "/var/lib/hotcell",
 		DefaultImage:       "hotcell/base:latest",
+		DefaultRuntime:     "runc",
 		AgentBinary:        agent,
 		LogLevel:           "info",
 		LogFormat:          "text",
@@ -87,6 +88,7 @@ func TestDefaults(t *testing.T) {
 		EgressDNSUpstream: got.EgressDNSUpstream, // the host's resolv.conf
 
 		GatewayMaxConcurrent: "8",
+		GVisorEngineRuntime:  "runsc",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 
 	dockerclient "github.com/moby/moby/client"
@@ -78,11 +79,18 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return err
 	}
 	defer drv.Close()
+	drv.UseEngineRuntime(wire.RuntimeGVisor, cfg.GVisorEngineRuntime)
 	info, err := drv.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("reach the Docker Engine (is dockerd running? start it, or run scripts/serve which does): %w", err)
 	}
-	log.Info("docker engine", "version", info.EngineVersion)
+	log.Info("docker engine", "version", info.EngineVersion, "runtimes", info.Runtimes)
+	if !slices.Contains(info.Runtimes, cfg.DefaultRuntime) {
+		// Still served: sandboxes that exist keep working, and a create
+		// that names a runtime the engine has succeeds.
+		log.Warn("the default runtime is not available: creates that name no runtime fail until it is",
+			"default_runtime", cfg.DefaultRuntime, "hint", info.RuntimeHints[cfg.DefaultRuntime])
+	}
 	openWorkspaceDisks(ctx, cfg.DataDir, drv, log)
 
 	// ops owns the API's requests and the work they start that outlives
@@ -118,8 +126,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Stats:           sampler.Sample,
 		Ops:             ops,
 
-		DefaultLimits: cfg.DefaultLimits,
-		MaxLimits:     cfg.MaxLimits,
+		DefaultLimits:  cfg.DefaultLimits,
+		MaxLimits:      cfg.MaxLimits,
+		DefaultRuntime: cfg.DefaultRuntime,
 	})
 	defer mgr.Close() // also when a later step of the start fails
 	if err := mgr.Recover(ctx); err != nil {
@@ -176,6 +185,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 				CPUs: di.CPUs, MemoryBytes: di.MemoryBytes, Sandboxes: n, DefaultImage: cfg.DefaultImage,
 				DefaultLimits: cfg.DefaultLimits, MaxLimits: cfg.MaxLimits,
 				DiskLimitEnforced: drv.WorkspaceDisksEnforced(),
+				Runtimes:          di.Runtimes, DefaultRuntime: cfg.DefaultRuntime,
 			}, nil
 		},
 	}, mgr))

@@ -53,6 +53,10 @@ type Spec struct {
 	HostGateway netip.Addr
 	// Instance is the owning daemon's instance id (LabelInstance).
 	Instance string
+	// Runtime is the isolation runtime the box runs under (wire.RuntimeRunc,
+	// wire.RuntimeGVisor); empty for the backend's default. A backend that
+	// cannot run it refuses the create with errdefs.ErrInvalidArgument.
+	Runtime string
 }
 
 // BoxState is a backend's view of a box.
@@ -76,6 +80,10 @@ type Status struct {
 	// runs (0 otherwise, or when the backend has none): the host enters
 	// the box's namespaces through it.
 	Pid int
+	// Runtime is the isolation runtime the box was created with (a
+	// wire.Runtime* name, or the backend's own name for one hotcell does
+	// not know); empty when the box is missing.
+	Runtime string
 }
 
 // Info describes the backend for /v1/host.
@@ -84,6 +92,12 @@ type Info struct {
 	EngineVersion string
 	CPUs          int
 	MemoryBytes   int64
+	// Runtimes are the isolation runtimes (wire.Runtime* names) the
+	// backend can run boxes under now.
+	Runtimes []string
+	// RuntimeHints say, for each runtime hotcell knows that the backend
+	// cannot run now, how an operator enables it.
+	RuntimeHints map[string]string
 }
 
 // Progress reports a long operation (an image pull) to the user.

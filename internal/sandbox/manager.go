@@ -69,6 +69,9 @@ type Options struct {
 	// DefaultLimits and MaxLimits are the daemon's default_limits and
 	// max_limits (ResolveLimits); zero values leave sandboxes unlimited.
 	DefaultLimits, MaxLimits wire.Limits
+	// DefaultRuntime is the runtime of a create that names none
+	// (wire.RuntimeRunc when empty).
+	DefaultRuntime string
 }
 
 // Manager drives sandboxes through their lifecycle.
@@ -83,6 +86,7 @@ type Manager struct {
 	locks keyedmutex.Map // one per sandbox id, serialising its lifecycle
 
 	life *lifecycle // events, activity, timeouts, reconciler (lifecycle.go)
+	rts  runtimes   // what the backend can run (runtime.go)
 }
 
 // New returns a Manager. Call Recover before serving requests.
@@ -198,6 +202,10 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if err != nil {
 		return wire.Sandbox{}, err
 	}
+	runtime, err := m.ResolveRuntime(ctx, req.Runtime)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	// The image comes first so that a missing one leaves nothing behind.
 	if err := m.drv.EnsureImage(ctx, image, progress); err != nil {
 		return wire.Sandbox{}, err
@@ -217,6 +225,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		UpdatedAt: now,
 		Timeouts:  m.initialTimeouts(req.Timeouts, now),
 		Gateway:   req.Gateway,
+		Runtime:   runtime,
 	}
 	unlock := m.lock(sb.ID)
 	defer unlock()
@@ -263,12 +272,16 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		HostRunDir:    m.runDir(sb.ID),
 		HostAgentPath: m.opts.AgentBinary,
 		Instance:      m.life.instance,
+		Runtime:       runtime,
 	}
 	m.prepareEgress(&spec, sb)
 	if err := m.grantGateway(ctx, &spec, req.Gateway); err != nil {
 		return fail(err)
 	}
 	if err := m.drv.Create(ctx, spec); err != nil {
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
+			m.rts.forget() // the runtime may have gone since it was checked
+		}
 		return fail(fmt.Errorf("create box: %w", err))
 	}
 	if err := m.drv.Start(ctx, sb.ID); err != nil {
@@ -322,8 +335,8 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if err := m.store.Put(ctx, sb); err != nil {
 		return fail(fmt.Errorf("record sandbox: %w", err))
 	}
-	log.Info("sandbox created", "image", image)
-	m.Event(ctx, sb.ID, wire.SandboxEventCreated, "", map[string]string{"image": image})
+	log.Info("sandbox created", "image", image, "runtime", runtime)
+	m.Event(ctx, sb.ID, wire.SandboxEventCreated, "", map[string]string{"image": image, "runtime": runtime})
 	return m.withDeadlines(sb), nil
 }
 

@@ -87,6 +87,13 @@ var migrations = []string{
 		created_at   INTEGER NOT NULL,
 		last_used_at INTEGER NOT NULL DEFAULT 0
 	) WITHOUT ROWID;`,
+	// 6: the isolation runtime, kept in each sandbox's document. Every
+	// sandbox made before runtimes could be chosen ran under runc, and so
+	// do the sandboxes made from its snapshots.
+	`UPDATE sandboxes SET doc = json_set(doc, '$.runtime', 'runc')
+		WHERE json_extract(doc, '$.runtime') IS NULL OR json_extract(doc, '$.runtime') = '';
+	UPDATE snapshots SET doc = json_set(doc, '$.runtime', 'runc')
+		WHERE json_extract(doc, '$.runtime') IS NULL OR json_extract(doc, '$.runtime') = '';`,
 }
 
 // SchemaVersion is the schema version this binary writes.

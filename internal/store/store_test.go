@@ -358,3 +358,48 @@ func TestTwoHandlesSameFile(t *testing.T) {
 		t.Errorf("Count = %d, %v; want 200, nil", n, err)
 	}
 }
+
+// TestMigrateRuntime checks migration 6: records made before runtimes
+// could be chosen read as runc, and a recorded runtime is kept.
+func TestMigrateRuntime(t *testing.T) {
+	t.Parallel()
+	s, path := openTest(t)
+	ctx := t.Context()
+	old := sandbox("old", wire.StateRunning, t0, nil)
+	gv := sandbox("gv", wire.StateStopped, t0, nil)
+	gv.Runtime = wire.RuntimeGVisor
+	for _, sb := range []wire.Sandbox{old, gv} {
+		if err := s.Put(ctx, sb); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+	}
+	if err := s.PutSnapshot(ctx, wire.Snapshot{ID: "sn-old", SandboxID: "old", CreatedAt: t0}); err != nil {
+		t.Fatalf("PutSnapshot: %v", err)
+	}
+	// Back to schema 5, as a database of an older hotcell.
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version >= 6`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	for id, want := range map[string]string{"old": wire.RuntimeRunc, "gv": wire.RuntimeGVisor} {
+		got, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("Get %s: %v", id, err)
+		}
+		if got.Runtime != want {
+			t.Errorf("sandbox %s after migration: got runtime %q, want %q", id, got.Runtime, want)
+		}
+	}
+	sn, err := s.GetSnapshot(ctx, "old", "sn-old")
+	if err != nil {
+		t.Fatalf("GetSnapshot: %v", err)
+	}
+	if sn.Runtime != wire.RuntimeRunc {
+		t.Errorf("snapshot after migration: got runtime %q, want %q", sn.Runtime, wire.RuntimeRunc)
+	}
+}

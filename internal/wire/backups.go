@@ -87,6 +87,9 @@ type Snapshot struct {
 	Image             string    `json:"image"`
 	WorkspaceBackupID string    `json:"workspaceBackupId"`
 	CreatedAt         time.Time `json:"createdAt"`
+	// Runtime is the snapshotted sandbox's runtime; a sandbox created from
+	// the snapshot gets it unless its create request names another.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // SnapshotList is the body of GET /v1/sandboxes/{id}/snapshots.

@@ -60,7 +60,25 @@ type CreateSandboxRequest struct {
 	// Gateway names the LLM gateway providers the sandbox may call; each
 	// gets a token scoped to the sandbox in its env (docs/gateway.md).
 	Gateway []string `json:"gateway,omitempty"`
+	// Runtime is the isolation runtime the sandbox runs under: RuntimeRunc
+	// or RuntimeGVisor. Empty means the snapshot's runtime when created
+	// from a snapshot, else the daemon's default (HostInfo.DefaultRuntime).
+	Runtime string `json:"runtime,omitempty"`
 }
+
+// Runtimes a sandbox can run under (CreateSandboxRequest.Runtime).
+const (
+	// RuntimeRunc runs the box as ordinary processes of the host's kernel,
+	// in their own namespaces and cgroups (the engine's runc).
+	RuntimeRunc = "runc"
+	// RuntimeGVisor runs the box on gVisor, a kernel in user space that
+	// answers its system calls (the engine's runsc): a kernel bug no
+	// longer separates sandbox code from the host.
+	RuntimeGVisor = "gvisor"
+)
+
+// Runtimes lists every runtime name hotcell knows, default first.
+func Runtimes() []string { return []string{RuntimeRunc, RuntimeGVisor} }
 
 // SetupResult records one setup command run at create.
 type SetupResult struct {
@@ -105,6 +123,9 @@ type Sandbox struct {
 	// Gateway names the LLM gateway providers the sandbox holds a token
 	// for (the tokens themselves are only in the sandbox's env).
 	Gateway []string `json:"gateway,omitempty"`
+	// Runtime is the isolation runtime the sandbox runs under (RuntimeRunc
+	// or RuntimeGVisor), fixed at create.
+	Runtime string `json:"runtime"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.
@@ -229,6 +250,11 @@ type HostInfo struct {
 	// limits.diskMb; false on a host that cannot loop-mount images (the
 	// daemon's log says why).
 	DiskLimitEnforced bool `json:"diskLimitEnforced"`
+	// Runtimes are the isolation runtimes this host's engine can run
+	// (RuntimeRunc, RuntimeGVisor); DefaultRuntime is the one a create
+	// that names none gets.
+	Runtimes       []string `json:"runtimes"`
+	DefaultRuntime string   `json:"defaultRuntime"`
 }
 
 // ArchiveResult is the answer of an archive extraction (PUT /v1/archive on

@@ -77,6 +77,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if err != nil {
 		return err
 	}
+	if hostCfg.Runtime, err = d.engineRuntime(spec.Runtime); err != nil {
+		return err
+	}
 	var diskMount mount.Mount
 	var onDisk bool
 	if spec.Persist {
@@ -135,7 +138,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 			// The only conflict at create is the name: the box exists.
 			return fmt.Errorf("create container %s: %w: %w", ContainerName(spec.ID), err, errdefs.ErrAlreadyExists)
 		}
-		return classify("create container "+ContainerName(spec.ID), err)
+		err = classify("create container "+ContainerName(spec.ID), err)
+		if errors.Is(err, errdefs.ErrInvalidArgument) && spec.Runtime != "" {
+			err = d.runtimeMissing(ctx, spec.Runtime, err)
+		}
+		return err
 	}
 	return nil
 }
@@ -390,6 +397,9 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Status, error) 
 		st.OOMKilled = s.OOMKilled
 		st.StartedAt = parseTime(s.StartedAt)
 		st.Pid = s.Pid
+	}
+	if hc := res.Container.HostConfig; hc != nil {
+		st.Runtime = d.hotcellRuntime(hc.Runtime)
 	}
 	return st, nil
 }

@@ -31,6 +31,9 @@ type Driver struct {
 	c *client.Client
 	// disks, when set, hold the workspaces of sandboxes with a disk limit.
 	disks WorkspaceDisks
+	// engineRuntimes maps hotcell runtimes to the engine's (runtime.go);
+	// nil is DefaultEngineRuntimes.
+	engineRuntimes map[string]string
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST and
@@ -61,11 +64,18 @@ func (d *Driver) Info(ctx context.Context) (driver.Info, error) {
 	if err != nil {
 		return driver.Info{}, classify("docker info", err)
 	}
+	engine := map[string]bool{}
+	for name := range res.Info.Runtimes {
+		engine[name] = true
+	}
+	have, hints := d.available(engine)
 	return driver.Info{
 		Name:          Name,
 		EngineVersion: res.Info.ServerVersion,
 		CPUs:          res.Info.NCPU,
 		MemoryBytes:   res.Info.MemTotal,
+		Runtimes:      have,
+		RuntimeHints:  hints,
 	}, nil
 }
 

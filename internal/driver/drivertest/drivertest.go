@@ -35,6 +35,9 @@ type Harness struct {
 	// MissingImage is an image reference the driver can neither find nor
 	// fetch (without a packet leaving the host).
 	MissingImage string
+	// Runtime is the runtime (wire.Runtime*) of the boxes Spec makes;
+	// empty for the driver's default. Inspect must report it.
+	Runtime string
 }
 
 // wait bounds how long the suite waits for something that must happen (an
@@ -183,7 +186,10 @@ func testLifecycle(t *testing.T, h Harness) {
 	s := spec(t, h, newInstance(t))
 
 	must(t, "create", d.Create(ctx, s))
-	wantState(t, d, s.ID, driver.BoxStopped, "after create")
+	st := wantState(t, d, s.ID, driver.BoxStopped, "after create")
+	if h.Runtime != "" && st.Runtime != h.Runtime {
+		t.Errorf("after create: inspect reports runtime %q, want %q", st.Runtime, h.Runtime)
+	}
 
 	conn := listen(t, s)
 	must(t, "start", d.Start(ctx, s.ID))
@@ -204,7 +210,7 @@ func testLifecycle(t *testing.T, h Harness) {
 	}
 
 	must(t, "stop", d.Stop(ctx, s.ID, 10*time.Second))
-	st := wantState(t, d, s.ID, driver.BoxStopped, "after stop")
+	st = wantState(t, d, s.ID, driver.BoxStopped, "after stop")
 	if st.OOMKilled {
 		t.Errorf("after stop: OOMKilled is set")
 	}
@@ -220,7 +226,10 @@ func testLifecycle(t *testing.T, h Harness) {
 	conn.Close()
 	conn = listen(t, s)
 	must(t, "start after stop", d.Start(ctx, s.ID))
-	wantState(t, d, s.ID, driver.BoxRunning, "after the restart")
+	st = wantState(t, d, s.ID, driver.BoxRunning, "after the restart")
+	if h.Runtime != "" && st.Runtime != h.Runtime {
+		t.Errorf("after the restart: inspect reports runtime %q, want %q", st.Runtime, h.Runtime)
+	}
 	waitAgent(t, conn, "after the restart")
 
 	must(t, "destroy", d.Destroy(ctx, s.ID))

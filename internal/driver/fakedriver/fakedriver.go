@@ -20,6 +20,7 @@ import (
 	"github.com/hotcell/hotcell/internal/agent"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 var (
@@ -38,6 +39,9 @@ type Driver struct {
 	boxes    map[string]*box
 	down     bool
 	watchers map[*watcher]struct{}
+	// runtimes are those Info reports and Create accepts; nil is every
+	// runtime hotcell knows.
+	runtimes []string
 }
 
 type box struct {
@@ -130,6 +134,22 @@ func notFound(op, id string) error {
 	return fmt.Errorf("%s box %s: %w", op, id, errdefs.ErrNotFound)
 }
 
+// SetRuntimes sets the runtimes the fake can run (wire.Runtime* names);
+// the others are refused, as by an engine that lacks them. Its boxes all
+// run the same way whatever their runtime.
+func (d *Driver) SetRuntimes(rts ...string) {
+	d.mu.Lock()
+	d.runtimes = slices.Clone(rts)
+	d.mu.Unlock()
+}
+
+func (d *Driver) runtimesLocked() []string {
+	if d.runtimes == nil {
+		return wire.Runtimes()
+	}
+	return d.runtimes
+}
+
 // Info describes the fake; it fails while the fake is down.
 func (d *Driver) Info(ctx context.Context) (driver.Info, error) {
 	d.mu.Lock()
@@ -137,7 +157,13 @@ func (d *Driver) Info(ctx context.Context) (driver.Info, error) {
 	if d.down {
 		return driver.Info{}, fmt.Errorf("fake engine is down: %w", errdefs.ErrUnavailable)
 	}
-	return driver.Info{Name: "fake"}, nil
+	info := driver.Info{Name: "fake", Runtimes: slices.Clone(d.runtimesLocked()), RuntimeHints: map[string]string{}}
+	for _, rt := range wire.Runtimes() {
+		if !slices.Contains(info.Runtimes, rt) {
+			info.RuntimeHints[rt] = "the fake driver was told not to have it (SetRuntimes)"
+		}
+	}
+	return info, nil
 }
 
 // MissingImagePrefix starts the references of images the fake does not
@@ -159,8 +185,14 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if spec.Runtime != "" && !slices.Contains(d.runtimesLocked(), spec.Runtime) {
+		return errdefs.Invalid("runtime", "the fake driver cannot run %q (SetRuntimes)", spec.Runtime)
+	}
 	if _, ok := d.boxes[spec.ID]; ok {
 		return fmt.Errorf("create box %s: %w", spec.ID, errdefs.ErrAlreadyExists)
+	}
+	if spec.Runtime == "" {
+		spec.Runtime = wire.RuntimeRunc
 	}
 	d.boxes[spec.ID] = &box{spec: spec, state: driver.BoxStopped}
 	return nil
@@ -218,7 +250,7 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Status, error) 
 	if !ok {
 		return driver.Status{ID: id, State: driver.BoxMissing}, nil
 	}
-	return driver.Status{ID: id, State: b.state, OOMKilled: b.oom, ExitCode: b.exit}, nil
+	return driver.Status{ID: id, State: b.state, OOMKilled: b.oom, ExitCode: b.exit, Runtime: b.spec.Runtime}, nil
 }
 
 // List reports every box, sorted by id.
