@@ -55,6 +55,7 @@ func (h *handler) ptyRoutes(mux *http.ServeMux) {
 	mux.Handle("DELETE /v1/terminals/{sid}", h.adapt(t.remove))
 	mux.Handle("GET /v1/terminals/{sid}/attach", h.adapt(t.attach))
 	mux.Handle("GET /v1/exec", h.adapt(t.exec))
+	t.streamRoutes(mux)
 }
 
 // termSpec is a validated TerminalRequest.
@@ -63,6 +64,10 @@ type termSpec struct {
 	tty           bool
 	cols, rows    int
 	detachTimeout time.Duration
+	// Set by process streams (terminal_stream.go) only.
+	user     *userSpec     // run as this user; nil: the agent's user
+	lifetime time.Duration // kill the session when it runs out; 0: never
+	noStdin  bool          // pipe mode: stdin at EOF from the start
 }
 
 // parseTerminal validates req as the daemon does, since the agent API is
@@ -120,8 +125,9 @@ func newTermID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// start starts spec's process and registers its session.
-func (t *terminals) start(spec termSpec) (*termSession, error) {
+// start starts spec's process and registers its session. A non-nil first
+// is attached as a watcher before any output is read, so it misses none.
+func (t *terminals) start(spec termSpec, first *termAttachment) (*termSession, error) {
 	t.mu.Lock()
 	n := len(t.sessions)
 	t.mu.Unlock()
@@ -141,6 +147,13 @@ func (t *terminals) start(spec termSpec) (*termSession, error) {
 	}
 	if _, ok := extra["TERM"]; !ok && spec.tty {
 		extra["TERM"] = "xterm-256color"
+	}
+	if u := spec.user; u != nil {
+		for k, v := range map[string]string{"HOME": u.home, "USER": u.name, "LOGNAME": u.name} {
+			if _, ok := extra[k]; !ok {
+				extra[k] = v
+			}
+		}
 	}
 	env := mergeEnv(t.h.opts.BaseEnv, extra)
 	prog, argv, failure := t.h.resolveProgram(spec.exec, env)
@@ -178,12 +191,22 @@ func (t *terminals) start(spec termSpec) (*termSession, error) {
 		st <- ExitStatus{Code: failure.code}
 		exited = st
 	}
+	if spec.noStdin && s.stdin != nil {
+		_ = s.stdin.Close()
+	}
 	t.mu.Lock()
 	t.sessions[s.id] = s
 	t.mu.Unlock()
 	s.mu.Lock()
-	s.armLocked(t.expire) // nobody is attached yet
+	if first != nil {
+		s.watchers = map[*termAttachment]struct{}{first: {}}
+	} else {
+		s.armLocked(t.expire) // nobody is attached yet
+	}
 	s.mu.Unlock()
+	if spec.lifetime > 0 {
+		go t.killAfter(s, spec.lifetime)
+	}
 	go t.wait(s, exited, outs, prefixes)
 	t.log.Debug("terminal started", "id", s.id, "pid", s.pid, "tty", s.tty)
 	return s, nil
@@ -192,7 +215,10 @@ func (t *terminals) start(spec termSpec) (*termSession, error) {
 // spawn starts the process of s with a PTY or pipes and returns the
 // outputs to pump.
 func (t *terminals) spawn(s *termSession, spec termSpec, prog string, argv, env []string) (outs []*os.File, prefixes []byte, exited <-chan ExitStatus, failure *startFailure, err error) {
-	attr := &syscall.ProcAttr{Dir: spec.exec.cwd, Env: env}
+	attr := &syscall.ProcAttr{Dir: spec.exec.cwd, Env: env, Sys: &syscall.SysProcAttr{}}
+	if u := spec.user; u != nil {
+		attr.Sys.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
+	}
 	var childEnds []*os.File
 	if spec.tty {
 		master, slave, err := openPTY()
@@ -203,12 +229,16 @@ func (t *terminals) spawn(s *termSession, spec termSpec, prog string, argv, env 
 			closeAll(master, slave)
 			return nil, nil, nil, nil, err
 		}
+		if u := spec.user; u != nil {
+			// Its terminal, as login would make it.
+			_ = slave.Chown(int(u.uid), -1)
+		}
 		s.ptmx = master
 		childEnds = []*os.File{slave}
 		attr.Files = []uintptr{slave.Fd(), slave.Fd(), slave.Fd()}
 		// A session of its own with the PTY as controlling terminal, so
 		// that job control, ^C and SIGWINCH work as in a real terminal.
-		attr.Sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		attr.Sys.Setsid, attr.Sys.Setctty, attr.Sys.Ctty = true, true, 0
 		outs, prefixes = []*os.File{master}, []byte{0}
 	} else {
 		var fs [6]*os.File // stdin r,w; stdout r,w; stderr r,w
@@ -305,7 +335,7 @@ func (t *terminals) wait(s *termSession, exited <-chan ExitStatus, outs []*os.Fi
 	s.status = st
 	s.exitedAt = time.Now()
 	close(s.done)
-	if s.att == nil {
+	if s.att == nil && len(s.watchers) == 0 {
 		// The exit status is kept for a re-attach for one grace period.
 		s.armLocked(t.expire)
 	}
@@ -371,7 +401,7 @@ func (t *terminals) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s, err := t.start(spec)
+	s, err := t.start(spec, nil)
 	if err != nil {
 		return err
 	}
@@ -458,7 +488,7 @@ func (t *terminals) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := requireUpgrade(r); err != nil {
 		return err
 	}
-	s, err := t.start(spec)
+	s, err := t.start(spec, nil)
 	if err != nil {
 		return err
 	}

@@ -71,6 +71,7 @@ type termSession struct {
 	mu       sync.Mutex
 	ring     termRing
 	att      *termAttachment
+	watchers map[*termAttachment]struct{} // followers besides att (terminal_stream.go)
 	cols     int
 	rows     int
 	status   ExitStatus
@@ -130,11 +131,21 @@ func (s *termSession) pump(f *os.File, prefix byte, inRead *atomic.Int32, done c
 			s.mu.Lock()
 			s.ring.add(frame)
 			att := s.att
+			var watchers []*termAttachment
+			for w := range s.watchers {
+				watchers = append(watchers, w)
+			}
 			s.mu.Unlock()
 			if att != nil {
 				select {
 				case att.out <- frame:
 				case <-att.gone:
+				}
+			}
+			for _, w := range watchers {
+				select {
+				case w.out <- frame:
+				case <-w.gone:
 				}
 			}
 		}
@@ -168,6 +179,36 @@ func (s *termSession) detach(a *termAttachment, expire func(*termSession)) {
 	defer s.mu.Unlock()
 	if s.att == a {
 		s.att = nil
+		if len(s.watchers) == 0 {
+			s.armLocked(expire)
+		}
+	}
+}
+
+// watch adds a follower of the session's output that, unlike attach,
+// replaces nobody. Followers get what the pumps read from now on.
+func (s *termSession) watch() *termAttachment {
+	a := &termAttachment{out: make(chan []byte), gone: make(chan struct{})}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watchers == nil {
+		s.watchers = map[*termAttachment]struct{}{}
+	}
+	s.watchers[a] = struct{}{}
+	s.disarmLocked()
+	return a
+}
+
+// unwatch removes a follower; the last client gone starts the grace period.
+func (s *termSession) unwatch(a *termAttachment, expire func(*termSession)) {
+	a.close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.watchers[a]; !ok {
+		return
+	}
+	delete(s.watchers, a)
+	if s.att == nil && len(s.watchers) == 0 {
 		s.armLocked(expire)
 	}
 }
@@ -183,7 +224,7 @@ func (s *termSession) armLocked(expire func(*termSession)) {
 	gen := s.timerGen
 	s.timer = time.AfterFunc(s.detachTimeout, func() {
 		s.mu.Lock()
-		stale := gen != s.timerGen || s.att != nil
+		stale := gen != s.timerGen || s.att != nil || len(s.watchers) > 0
 		s.mu.Unlock()
 		if !stale {
 			expire(s)
