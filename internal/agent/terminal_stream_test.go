@@ -237,4 +237,3 @@ func TestProcessStreamAsUser(t *testing.T) {
 		t.Errorf("as nobody: got %q, want %q (stderr %q)", got, want, ps.stderr.String())
 	}
 }
-
