@@ -12,12 +12,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/user"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,33 +42,33 @@ type userSpec struct {
 	home     string
 }
 
-// lookupUser finds name in the image's user database (/etc/passwd and
-// /etc/group: the agent is static, so os/user reads the files).
-func lookupUser(name string) (*userSpec, error) {
-	u, err := user.Lookup(name)
+// runAs finds name in the image's /etc/passwd, with its supplementary
+// groups from /etc/group (read on every call, as the account lookup does).
+func (h *handler) runAs(name string) (*userSpec, error) {
+	acc, ok, err := lookupAccount(h.etcFile("passwd"), name)
 	if err != nil {
-		var unknown user.UnknownUserError
-		if errors.As(err, &unknown) {
-			return nil, errdefs.Invalid("user", "%.64q is not a user of this image", name)
+		return nil, err
+	}
+	if !ok {
+		return nil, errdefs.Invalid("user", "%.64q is not a user of this sandbox's image (its /etc/passwd)", name)
+	}
+	us := &userSpec{name: acc.Name, uid: uint32(acc.UID), gid: uint32(acc.GID), home: acc.Home, groups: []uint32{uint32(acc.GID)}}
+	_ = scanColon(h.etcFile("group"), func(f []string) bool {
+		if len(f) < 4 {
+			return true
 		}
-		return nil, fmt.Errorf("look up user %.64q: %w", name, err)
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("user %.64q: uid %q or gid %q is not a number", name, u.Uid, u.Gid)
-	}
-	us := &userSpec{name: u.Username, uid: uint32(uid), gid: uint32(gid), home: u.HomeDir}
-	if ids, err := u.GroupIds(); err == nil {
-		for _, id := range ids {
-			if g, err := strconv.ParseUint(id, 10, 32); err == nil {
-				us.groups = append(us.groups, uint32(g))
+		gid, ok := parseID(f[2])
+		if !ok || uint32(gid) == us.gid {
+			return true
+		}
+		for _, m := range strings.Split(f[3], ",") {
+			if m == name {
+				us.groups = append(us.groups, uint32(gid))
+				break
 			}
 		}
-	}
-	if len(us.groups) == 0 {
-		us.groups = []uint32{us.gid}
-	}
+		return true
+	})
 	return us, nil
 }
 
@@ -78,7 +77,7 @@ func (t *terminals) parseStream(req wire.ProcessStreamRequest) (termSpec, error)
 	var u *userSpec
 	if req.User != "" {
 		var err error
-		u, err = lookupUser(req.User)
+		u, err = t.h.runAs(req.User)
 		if err != nil && !(req.UserOptional && errors.Is(err, errdefs.ErrInvalidArgument)) {
 			return termSpec{}, err
 		}

@@ -221,7 +221,7 @@ func TestProcessStreamAsUser(t *testing.T) {
 	testenv.RequireRoot(t, "running a process as another user needs CAP_SETUID")
 	t.Parallel()
 	a := newTestAgent(t)
-	u, err := lookupUser("nobody")
+	u, err := (&handler{opts: Options{EtcDir: "/etc"}}).runAs("nobody")
 	if err != nil {
 		t.Skipf("this machine has no user nobody: %v", err)
 	}
