@@ -630,6 +630,16 @@ func toFilesystemEvents(root string, ev wire.WatchEvent) []filesystemEvent {
 		}
 		return nil
 	}
+	// The agent writes a file as a temp file beside it, renamed over it
+	// (atomic writes); envd writes in place. So the temp file's events are
+	// dropped, and its rename onto the target is the target's create and
+	// write, as an in-place write's.
+	if agentTempFile(ev.Path) {
+		return nil
+	}
+	if ev.Type == wire.WatchRenamed && agentTempFile(ev.OldPath) {
+		return append(one(ev.Path, "EVENT_TYPE_CREATE"), one(ev.Path, "EVENT_TYPE_WRITE")...)
+	}
 	switch ev.Type {
 	case wire.WatchCreated:
 		return one(ev.Path, "EVENT_TYPE_CREATE")
@@ -643,6 +653,26 @@ func toFilesystemEvents(root string, ev wire.WatchEvent) []filesystemEvent {
 		return append(one(ev.OldPath, "EVENT_TYPE_RENAME"), one(ev.Path, "EVENT_TYPE_CREATE")...)
 	}
 	return nil // ready, keepalive, overflow
+}
+
+// agentTempFile reports whether p is the agent's temp file of an atomic
+// write: ".<name>.hotcell-tmp-<digits>".
+func agentTempFile(p string) bool {
+	base := path.Base(p)
+	i := strings.LastIndex(base, ".hotcell-tmp-")
+	if i <= 1 || base[0] != '.' {
+		return false
+	}
+	digits := base[i+len(".hotcell-tmp-"):]
+	if digits == "" {
+		return false
+	}
+	for _, r := range digits {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // fsWatchDir streams a directory's changes: start once the watch is in

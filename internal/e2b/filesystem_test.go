@@ -48,6 +48,11 @@ func TestToFilesystemEvents(t *testing.T) {
 		{wire.WatchEvent{Type: wire.WatchDeleted, Path: root + "/a.txt"}, []filesystemEvent{{"a.txt", "EVENT_TYPE_REMOVE"}}},
 		{wire.WatchEvent{Type: wire.WatchRenamed, OldPath: root + "/a", Path: root + "/b"}, []filesystemEvent{{"a", "EVENT_TYPE_RENAME"}, {"b", "EVENT_TYPE_CREATE"}}},
 		{wire.WatchEvent{Type: wire.WatchCreated, Path: "/home/user/wx"}, nil},
+		// An atomic write by the agent: its temp file is not seen, its rename is the target's create and write.
+		{wire.WatchEvent{Type: wire.WatchCreated, Path: root + "/.a.txt.hotcell-tmp-123"}, nil},
+		{wire.WatchEvent{Type: "chmod", Path: root + "/.a.txt.hotcell-tmp-123"}, nil},
+		{wire.WatchEvent{Type: wire.WatchRenamed, OldPath: root + "/.a.txt.hotcell-tmp-123", Path: root + "/a.txt"}, []filesystemEvent{{"a.txt", "EVENT_TYPE_CREATE"}, {"a.txt", "EVENT_TYPE_WRITE"}}},
+		{wire.WatchEvent{Type: wire.WatchCreated, Path: root + "/.x.hotcell-tmp-12a"}, []filesystemEvent{{".x.hotcell-tmp-12a", "EVENT_TYPE_CREATE"}}},
 		{wire.WatchEvent{Type: wire.WatchDeleted, Path: root}, nil},
 		{wire.WatchEvent{Type: wire.WatchOverflow}, nil},
 		{wire.WatchEvent{Type: wire.WatchKeepalive}, nil},
