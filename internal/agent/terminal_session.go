@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -295,8 +296,17 @@ func (s *termSession) signal(sig syscall.Signal) error {
 	}
 	pgrp := s.pid
 	if s.tty {
-		if fg, err := termForeground(s.ptmx); err == nil && fg > 0 {
+		fg, err := termForeground(s.ptmx)
+		switch {
+		case err == nil && fg > 0:
 			pgrp = fg
+		case errors.Is(err, unix.ENOTTY):
+			// gVisor (runsc) does not answer TIOCGPGRP on the master side,
+			// and its line discipline sends no signal for ^C either: guess
+			// the foreground job from the session's groups instead.
+			if g := guessForeground("/proc", s.pid); g > 0 {
+				pgrp = g
+			}
 		}
 	}
 	if err := syscall.Kill(-pgrp, sig); err != nil {
@@ -322,17 +332,33 @@ func (s *termSession) kill() {
 
 // procsInSession lists the pids whose session id is sid, from /proc.
 func procsInSession(sid int) []int {
-	ents, err := os.ReadDir("/proc")
+	var pids []int
+	for _, p := range sessionProcs("/proc", sid) {
+		pids = append(pids, p.pid)
+	}
+	return pids
+}
+
+// sessionProc is what /proc/<pid>/stat says of one process of a session.
+type sessionProc struct {
+	pid, pgrp int
+	stopped   bool // state T or t: a job suspended with ^Z, or traced
+}
+
+// sessionProcs lists the processes whose session id is sid, from the proc
+// file system mounted at proc.
+func sessionProcs(proc string, sid int) []sessionProc {
+	ents, err := os.ReadDir(proc)
 	if err != nil {
 		return nil
 	}
-	var pids []int
+	var procs []sessionProc
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		data, err := os.ReadFile(filepath.Join(proc, e.Name(), "stat"))
 		if err != nil {
 			continue
 		}
@@ -343,13 +369,38 @@ func procsInSession(sid int) []int {
 			continue
 		}
 		f := bytes.Fields(data[i+1:])
-		if len(f) >= 4 {
-			if s, err := strconv.Atoi(string(f[3])); err == nil && s == sid {
-				pids = append(pids, pid)
+		if len(f) < 4 {
+			continue
+		}
+		pgrp, err1 := strconv.Atoi(string(f[2]))
+		s, err2 := strconv.Atoi(string(f[3]))
+		if err1 != nil || err2 != nil || s != sid {
+			continue
+		}
+		procs = append(procs, sessionProc{pid: pid, pgrp: pgrp, stopped: bytes.EqualFold(f[0], []byte("t"))})
+	}
+	return procs
+}
+
+// guessForeground picks the process group of session sid a terminal's ^C
+// would most likely reach, for a kernel that will not say (gVisor): the
+// newest group other than the session leader's that has a process not
+// stopped — the job a shell waits for is the one it started last, unless it
+// was sent to the background with &, which this cannot see — else the
+// leader's own. 0 when the session has no process left.
+func guessForeground(proc string, sid int) int {
+	best := 0
+	for _, p := range sessionProcs(proc, sid) {
+		switch {
+		case p.pgrp == sid:
+			if best == 0 {
+				best = sid
 			}
+		case !p.stopped && (best == sid || best == 0 || p.pgrp > best):
+			best = p.pgrp
 		}
 	}
-	return pids
+	return best
 }
 
 // openPTY opens a PTY pair. The master is opened non-blocking so that it
