@@ -318,6 +318,9 @@ func (c *Conn) sessionGuard(ctx context.Context) (*yamux.Session, *guard, error)
 		}
 		select {
 		case <-ready:
+		case <-c.adopting.Done():
+			// Closed while waiting (the box died): the loop's check says so,
+			// rather than a wait for a session that will never come.
 		case <-ctx.Done():
 			return nil, nil, fmt.Errorf("wait for the agent of sandbox %s: %w", c.id, errors.Join(errdefs.ErrUnavailable, ctx.Err()))
 		}

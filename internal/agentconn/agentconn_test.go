@@ -2,6 +2,7 @@ package agentconn
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"github.com/hotcell/hotcell/internal/agentconn/agentconntest"
+	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -197,5 +199,27 @@ func TestSessionReplacement(t *testing.T) {
 	defer cancel()
 	if err := c.WaitReady(ctx); err == nil {
 		t.Error("WaitReady after Close: got no error")
+	}
+}
+
+// TestCloseWakesWaiters: a request waiting for an agent that will never
+// come (its box died) fails when the connection is closed, not at its
+// deadline.
+func TestCloseWakesWaiters(t *testing.T) {
+	t.Parallel()
+	c := newConn(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	waiting := make(chan error, 1)
+	go func() { waiting <- c.WaitReady(ctx) }()
+	time.Sleep(50 * time.Millisecond) // let it wait; an early Close is checked first anyway
+	c.Close()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, errdefs.ErrUnavailable) || ctx.Err() != nil {
+			t.Errorf("got %v, want unavailable before the deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request waiting for the agent did not end when the connection closed")
 	}
 }

@@ -287,6 +287,9 @@ func (m *Manager) reconcileOne(ctx context.Context, id string, engineRestarted b
 			reason = "the container engine restarted"
 		}
 		log.Warn("box stopped behind the daemon's back", "reason", reason)
+		// Requests waiting for its agent to come back fail now instead of
+		// at their deadline; Start listens anew.
+		m.closeConn(id)
 		if _, err := m.setState(ctx, sb, wire.StateStopped, reason); err == nil {
 			m.Event(ctx, id, typ, reason, map[string]string{"exitCode": fmt.Sprint(st.ExitCode)})
 		}
