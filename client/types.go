@@ -87,3 +87,9 @@ var (
 	// ErrInsufficientStorage: the daemon's disk or a backup quota is full.
 	ErrInsufficientStorage = errdefs.ErrInsufficientStorage
 )
+
+// Runtimes a sandbox can run under (CreateSandboxRequest.Runtime).
+const (
+	RuntimeRunc   = wire.RuntimeRunc
+	RuntimeGVisor = wire.RuntimeGVisor
+)

@@ -589,6 +589,17 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			continue
 		}
+		if st.Runtime != "" && st.Runtime != sb.Runtime {
+			// The record must not claim an isolation the box lacks (its
+			// container was replaced behind the daemon's back, or the
+			// record predates runtimes): it follows the box.
+			log.Warn("sandbox runs under another runtime than recorded", "recorded", sb.Runtime, "actual", st.Runtime)
+			m.Event(ctx, sb.ID, wire.SandboxEventRecovered, fmt.Sprintf("runtime was recorded as %q, the box runs under %s", sb.Runtime, st.Runtime), map[string]string{"runtime": st.Runtime})
+			sb.Runtime = st.Runtime
+			if err := m.store.Put(ctx, sb); err != nil {
+				return fmt.Errorf("record the runtime of %s: %w", sb.ID, err)
+			}
+		}
 		if _, err := m.listen(sb.ID); err != nil {
 			return fmt.Errorf("listen for the agent of %s: %w", sb.ID, err)
 		}

@@ -30,7 +30,8 @@ func TestValidateRuntime(t *testing.T) {
 
 // TestCreateRuntime checks that a create gets the runtime it asks for,
 // else the daemon's default; that the box is made with it and the record
-// keeps it across stop, start and a daemon restart; and that a runtime the
+// keeps it across stop, start and a daemon restart (following the box
+// where the record disagrees); and that a runtime the
 // backend lacks is refused, naming the field and how to enable it, with
 // nothing made.
 func TestCreateRuntime(t *testing.T) {
@@ -56,6 +57,16 @@ func TestCreateRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := m.Start(ctx, gv.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A record that says runc of a box under gVisor (as if written by
+	// mistake) is corrected from the box at re-adoption.
+	rec, err := st.Get(ctx, gv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Runtime = wire.RuntimeRunc
+	if err := st.Put(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	// A second manager on the same store is the daemon after a restart.
