@@ -164,12 +164,13 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	}
 	h := w.Header()
 	h.Set("Vary", "Accept-Encoding")
-	ct := mime.TypeByExtension(path.Ext(p))
-	if ct == "" {
-		ct = "application/octet-stream"
-	}
-	h.Set("Content-Type", ct)
+	// The sandbox's bytes are served on the daemon's origin: never as
+	// something a browser would render or run there (envd, on a host of
+	// its own, types them by extension).
+	h.Set("Content-Type", "application/octet-stream")
 	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox")
+	h.Set("Content-Disposition", "attachment")
 	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
 		h.Set("Content-Encoding", "gzip")
 		w.WriteHeader(http.StatusOK)

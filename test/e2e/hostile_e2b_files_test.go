@@ -240,6 +240,21 @@ func TestHostileE2BFiles(t *testing.T) {
 		t.Errorf("the victim's watcher after the attacker's flood: %d %s", st, body)
 	}
 
+	// A page planted by the sandbox is served as bytes, not as a document
+	// of the daemon's origin.
+	mustOK(t, run(t, d, attacker.ID, "echo '<script>alert(1)</script>' > /tmp/page.html"), "plant a page")
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", c.base+"/files?path=/tmp/page.html", nil)
+	req.Header.Set("E2b-Sandbox-Id", attacker.ID)
+	req.Header.Set("X-Access-Token", aTok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ct, csp := resp.Header.Get("Content-Type"), resp.Header.Get("Content-Security-Policy"); ct != "application/octet-stream" || csp != "sandbox" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("a planted page is served as %q with CSP %q", ct, csp)
+	}
+
 	// Nothing changed, and everyone still works.
 	if out := mustOK(t, run(t, d, victim.ID, "cat /srv/secret.txt; ls /srv /tmp/stolen.txt 2>&1 || true"), "check the victim"); !strings.HasPrefix(out, "secret\n") || strings.Contains(out, "planted") || strings.Contains(out, "owned") || !strings.Contains(out, "No such file") {
 		t.Errorf("the victim after the attack: %q", out)
