@@ -6,10 +6,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/hotcell/hotcell/internal/cmdspec"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/images"
+	"github.com/hotcell/hotcell/internal/labels"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -17,50 +18,26 @@ import (
 // Every API input is checked here, once, at the edge. Messages name the
 // field so a client knows what to fix.
 
-var (
-	labelKeyPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$`)
-	// imagePattern accepts Docker references: [registry[:port]/]name[:tag][@digest].
-	imagePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
-	refPattern   = regexp.MustCompile(`^[A-Za-z0-9_./@{}^~+-]{1,255}$`)
-)
+var refPattern = regexp.MustCompile(`^[A-Za-z0-9_./@{}^~+-]{1,255}$`)
 
 const (
-	maxLabels       = 64
-	maxLabelValue   = 256
+	maxLabels       = labels.Max
 	maxSetup        = 64
 	maxSetupCommand = 64 << 10
 	minMemoryMB     = 16
 	minPids         = 16
 )
 
-func validateLabels(field string, labels map[string]string) error {
-	if len(labels) > maxLabels {
-		return errdefs.Invalid(field, "at most %d labels", maxLabels)
-	}
-	for k, v := range labels {
-		if err := validateLabel(field, k, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func validateLabels(field string, m map[string]string) error { return labels.Validate(field, m) }
 
-func validateLabel(field, k, v string) error {
-	if !labelKeyPattern.MatchString(k) {
-		return errdefs.Invalid(field+"."+clip(k), "not a valid label key (1-63 of letters, digits, '.', '_', '-', '/', starting and ending with a letter or digit)")
-	}
-	if len(v) > maxLabelValue || !utf8.ValidString(v) || strings.ContainsFunc(v, isControl) {
-		return errdefs.Invalid(field+"."+k, "value must be printable UTF-8 of at most %d bytes", maxLabelValue)
-	}
-	return nil
-}
+func validateLabel(field, k, v string) error { return labels.ValidateOne(field, k, v) }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // validateCreate checks a create request; allowLocalRepos is the daemon's
 // allow_local_repos setting.
 func validateCreate(req *wire.CreateSandboxRequest, allowLocalRepos bool) error {
-	if req.Image != "" && (len(req.Image) > 255 || !imagePattern.MatchString(req.Image)) {
+	if req.Image != "" && !images.ValidRef(req.Image) {
 		return errdefs.Invalid("image", "%q is not an image reference like hotcell/base:latest", clip(req.Image))
 	}
 	if err := cmdspec.Env("env", req.Env); err != nil {

@@ -101,6 +101,9 @@ type Config struct {
 	PreviewDomain string
 	// PreviewTokenTTL: how long a preview token (preview-url) lasts.
 	PreviewTokenTTL time.Duration
+	// E2BTemplates maps E2B template ids to images, "id=image,..." (e2b.go);
+	// "base" is DefaultImage unless it is mapped here.
+	E2BTemplates string
 	// DefaultLimits fill, per field, the limits a create request leaves
 	// out; MaxLimits cap what a request may ask for (limits.go). A zero
 	// field is unlimited.
@@ -201,6 +204,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.PreviewDomain }},
 	{"preview_token_ttl", kindDuration, "how long a preview token from preview-url lasts; each token opens one port of one sandbox",
 		func(c *Config) any { return &c.PreviewTokenTTL }},
+	{"e2b_templates", kindString, "comma-separated E2B template ids and the images they mean, id=image (e.g. code-interpreter-v1=myorg/ci:latest); base is default_image unless named here, and other ids are taken as image names (docs/e2b.md)",
+		func(c *Config) any { return &c.E2BTemplates }},
 	{"default_limits", kindLimits, "limits of a sandbox whose create gives none, per field: " + limitsSyntax + "; fields not named keep this default; disk is the size of /workspace and the most the root filesystem's writable layer may take",
 		func(c *Config) any { return &c.DefaultLimits }},
 	{"disk_check_interval", kindDuration, "how often each running sandbox's writable layer is measured; one over its disk limit is stopped (reason disk_limit)",
@@ -561,6 +566,10 @@ func (c *Config) Validate() error {
 		return bad("preview_domain", c.PreviewDomain, "%v", err)
 	}
 
+	if _, err := parseE2BTemplates(c.E2BTemplates); err != nil {
+		return bad("e2b_templates", c.E2BTemplates, "%v", err)
+	}
+
 	if err := c.validateLimits(bad); err != nil {
 		return err
 	}
@@ -731,6 +740,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("stream_write_timeout", c.StreamWriteTimeout),
 		slog.Duration("preview_token_ttl", c.PreviewTokenTTL),
 		slog.String("preview_domain", c.PreviewDomain),
+		slog.String("e2b_templates", c.E2BTemplates),
 		slog.String("default_limits", FormatLimits(c.DefaultLimits)),
 		slog.String("max_limits", FormatLimits(c.MaxLimits)),
 		slog.Duration("disk_check_interval", c.DiskCheckInterval),

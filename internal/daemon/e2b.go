@@ -7,6 +7,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/e2b"
+	"github.com/hotcell/hotcell/internal/images"
 	"github.com/hotcell/hotcell/internal/sandbox"
 )
 
@@ -18,6 +19,12 @@ func newE2B(cfg config.Config, token string, keys e2b.Keys, mgr *sandbox.Manager
 	if err != nil {
 		return nil, fmt.Errorf("e2b secret: %w", err)
 	}
+	templates := cfg.E2BTemplateMap()
+	for id, img := range templates {
+		if !images.ValidRef(img) {
+			return nil, fmt.Errorf("config: e2b_templates: template %q: %q is not an image reference like hotcell/base:latest", id, img)
+		}
+	}
 	return e2b.New(e2b.Options{
 		Sandboxes:    mgr,
 		Activity:     mgr,
@@ -25,6 +32,7 @@ func newE2B(cfg config.Config, token string, keys e2b.Keys, mgr *sandbox.Manager
 		Token:        token,
 		Secret:       []byte(secret),
 		DefaultImage: cfg.DefaultImage,
+		Templates:    templates,
 		Domain:       cfg.PreviewDomain,
 		Log:          log,
 	}), nil

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
@@ -77,3 +78,9 @@ func readMessages(r io.Reader) error {
 		}
 	}
 }
+
+// refPattern accepts Docker references: [registry[:port]/]name[:tag][@digest].
+var refPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
+
+// ValidRef reports whether ref is an image reference a create accepts.
+func ValidRef(ref string) bool { return len(ref) <= 255 && refPattern.MatchString(ref) }
