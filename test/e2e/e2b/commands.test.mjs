@@ -37,6 +37,9 @@ test('run: root, user, and the default user with its home', async () => {
   const r = await sbx.commands.run('whoami; echo "$HOME"; pwd')
   assert.equal(r.stdout, 'user\n/home/user\n/home/user\n')
   assert.equal((await sbx.commands.run('echo "$HOME"; pwd', { user: 'root' })).stdout, '/root\n/root\n')
+  // user has a user's rights, not root's.
+  await assert.rejects(sbx.commands.run('cat /etc/shadow', { user: 'user' }), CommandExitError)
+  await assert.rejects(sbx.commands.run('touch /etc/hotcell-e2b-test'), CommandExitError)
 })
 
 test('run: an unknown user is refused', async () => {
