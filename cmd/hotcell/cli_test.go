@@ -81,8 +81,8 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		jsonReply(w, 201, client.Sandbox{ID: "sb1", State: client.StateRunning, Image: "img", CreatedAt: created})
 	case r.Method == "GET" && r.URL.Path == "/v1/sandboxes":
 		jsonReply(w, 200, client.SandboxList{Sandboxes: []client.Sandbox{
-			{ID: "sb1", State: client.StateRunning, Image: "hotcell/base:latest", CreatedAt: created, Labels: map[string]string{"b": "2", "a": "1"}},
-			{ID: "sb2", State: client.StateStopped, Image: "x", CreatedAt: created.Add(-2 * time.Hour)},
+			{ID: "sb1", State: client.StateRunning, Image: "hotcell/base:latest", Runtime: client.RuntimeGVisor, CreatedAt: created, Labels: map[string]string{"b": "2", "a": "1"}},
+			{ID: "sb2", State: client.StateStopped, Image: "x", Runtime: client.RuntimeRunc, CreatedAt: created.Add(-2 * time.Hour)},
 		}})
 	case r.Method == "GET" && r.URL.Path == "/v1/sandboxes/sb1":
 		jsonReply(w, 200, client.Sandbox{ID: "sb1", State: client.StateRunning, Image: "img", CreatedAt: created,
@@ -161,14 +161,14 @@ func TestCreate(t *testing.T) {
 	f, url := newFake(t)
 	res := runCLI(t, envFor(url), "create", "--image", "img", "--env", "A=1", "-e", "B=x=y", "--label", "k=v",
 		"--memory", "512", "--cpus", "1.5", "--pids", "64", "--no-persist", "--repo", "https://r.invalid/x.git", "--ref", "main",
-		"--setup", "make", "--setup", "make test")
+		"--setup", "make", "--setup", "make test", "--runtime", "gvisor")
 	if res.code != 0 || res.stdout != "sb1\n" {
 		t.Fatalf("got %+v, want exit 0 and the id", res)
 	}
 	var got, want any
 	json.Unmarshal(f.bodies["/v1/sandboxes"], &got)
 	json.Unmarshal([]byte(`{"image":"img","env":{"A":"1","B":"x=y"},"labels":{"k":"v"},"limits":{"memoryMb":512,"cpus":1.5,"pidsLimit":64},
-		"persist":false,"repo":{"url":"https://r.invalid/x.git","ref":"main"},"setup":["make","make test"]}`), &want)
+		"persist":false,"repo":{"url":"https://r.invalid/x.git","ref":"main"},"setup":["make","make test"],"runtime":"gvisor"}`), &want)
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("request body (-want +got):\n%s", d)
 	}
@@ -194,9 +194,9 @@ func TestLs(t *testing.T) {
 		t.Fatalf("got %d lines, want 3:\n%s", len(lines), res.stdout)
 	}
 	for i, want := range [][]string{
-		{"ID", "STATE", "IMAGE", "CREATED", "LABELS"},
-		{"sb1", "running", "hotcell/base:latest", "3", "minutes", "ago", "a=1,b=2"},
-		{"sb2", "stopped", "x", "2", "hours", "ago"},
+		{"ID", "STATE", "IMAGE", "RUNTIME", "CREATED", "LABELS"},
+		{"sb1", "running", "hotcell/base:latest", "gvisor", "3", "minutes", "ago", "a=1,b=2"},
+		{"sb2", "stopped", "x", "runc", "2", "hours", "ago"},
 	} {
 		if d := cmp.Diff(want, strings.Fields(lines[i])); d != "" {
 			t.Errorf("line %d (-want +got):\n%s", i, d)

@@ -18,6 +18,7 @@ import (
 func (a *app) createCmd() *cobra.Command {
 	var (
 		image, repo, ref   string
+		runtime            string
 		env, labels, setup []string
 		memory, pids       int64
 		cpus               float64
@@ -33,11 +34,13 @@ prepared, the repository (if any) is cloned into /workspace, and the setup
 commands have run. Prints the new sandbox's id, or the sandbox as JSON with --json.`,
 		Example: `  hotcell create
   hotcell create --image hotcell/base:latest --memory 2048 --cpus 2 --label agent=demo
-  hotcell create --repo https://github.com/org/repo.git --ref main --setup 'make deps'`,
+  hotcell create --repo https://github.com/org/repo.git --ref main --setup 'make deps'
+  hotcell create --runtime gvisor`,
 		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := client.CreateSandboxRequest{
 				Image:          image,
+				Runtime:        runtime,
 				Limits:         client.Limits{MemoryMB: memory, CPUs: cpus, PidsLimit: pids},
 				Setup:          setup,
 				SetupTimeoutMs: setupTimeout.Milliseconds(),
@@ -83,6 +86,7 @@ commands have run. Prints the new sandbox's id, or the sandbox as JSON with --js
 	}
 	f := cmd.Flags()
 	f.StringVar(&image, "image", "", "image to run (default: the daemon's default image)")
+	f.StringVar(&runtime, "runtime", "", "isolation `RUNTIME`: runc (the host's kernel) or gvisor (gVisor's user-space kernel; stronger isolation, slower system calls) (default: the daemon's, see hotcell serve --default-runtime)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable `KEY=VALUE` for every command (repeatable)")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label `KEY=VALUE` to find the sandbox by (repeatable)")
 	f.Int64Var(&memory, "memory", 0, "memory limit in `MiB` (0: the daemon's default, see hotcell serve --default-limits)")
@@ -140,10 +144,10 @@ func (a *app) lsCmd() *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 3, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tLABELS")
+			fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tRUNTIME\tCREATED\tLABELS")
 			now := time.Now()
 			for _, sb := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, termsafe.String(sb.Image), ago(now, sb.CreatedAt), termsafe.String(formatKV(sb.Labels)))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, termsafe.String(sb.Image), termsafe.String(sb.Runtime), ago(now, sb.CreatedAt), termsafe.String(formatKV(sb.Labels)))
 			}
 			return tw.Flush()
 		},
@@ -194,6 +198,7 @@ func (a *app) printSandbox(sb client.Sandbox) {
 		row("Error", sb.Error)
 	}
 	row("Image", sb.Image)
+	row("Runtime", sb.Runtime)
 	row("Created", fmt.Sprintf("%s (%s)", sb.CreatedAt.Local().Format(time.RFC3339), ago(time.Now(), sb.CreatedAt)))
 	row("Persist", fmt.Sprint(sb.Persist))
 	row("Limits", formatLimits(sb.Limits))

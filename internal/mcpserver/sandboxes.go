@@ -21,12 +21,13 @@ type repoIn struct {
 }
 
 type createIn struct {
-	Image  string            `json:"image,omitempty" jsonschema:"container image, e.g. hotcell/base:latest (Debian with bash, python3, git, curl); absent means the daemon's default image"`
-	Env    map[string]string `json:"env,omitempty" jsonschema:"environment variables for every command run in the sandbox"`
-	Labels map[string]string `json:"labels,omitempty" jsonschema:"free key/value labels, for finding the sandbox again with sandbox_list"`
-	Limits *limitsIn         `json:"limits,omitempty" jsonschema:"resource limits; absent fields take the daemon's defaults, fields above its maximum are refused"`
-	Repo   *repoIn           `json:"repo,omitempty" jsonschema:"a git repository to clone into /workspace before the setup commands"`
-	Setup  []string          `json:"setup,omitempty" jsonschema:"shell commands run in order in /workspace after the clone (e.g. 'pip install -r requirements.txt'); each one's exit code and output tail are in the result, and a failing one does not stop the sandbox from being created"`
+	Image   string            `json:"image,omitempty" jsonschema:"container image, e.g. hotcell/base:latest (Debian with bash, python3, git, curl); absent means the daemon's default image"`
+	Env     map[string]string `json:"env,omitempty" jsonschema:"environment variables for every command run in the sandbox"`
+	Labels  map[string]string `json:"labels,omitempty" jsonschema:"free key/value labels, for finding the sandbox again with sandbox_list"`
+	Limits  *limitsIn         `json:"limits,omitempty" jsonschema:"resource limits; absent fields take the daemon's defaults, fields above its maximum are refused"`
+	Repo    *repoIn           `json:"repo,omitempty" jsonschema:"a git repository to clone into /workspace before the setup commands"`
+	Setup   []string          `json:"setup,omitempty" jsonschema:"shell commands run in order in /workspace after the clone (e.g. 'pip install -r requirements.txt'); each one's exit code and output tail are in the result, and a failing one does not stop the sandbox from being created"`
+	Runtime string            `json:"runtime,omitempty" jsonschema:"isolation runtime: runc (the host's kernel) or gvisor (a user-space kernel between the sandbox and the host: stronger isolation, slower system calls); absent means the daemon's default"`
 }
 
 type setupOut struct {
@@ -46,6 +47,7 @@ type sandboxOut struct {
 	ID        string            `json:"id" jsonschema:"the sandbox id: pass it as sandboxId to the other tools"`
 	State     string            `json:"state" jsonschema:"creating, running, stopped, paused, error or destroyed; commands run only in a running sandbox"`
 	Image     string            `json:"image"`
+	Runtime   string            `json:"runtime,omitempty" jsonschema:"the isolation runtime the sandbox runs under: runc or gvisor"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	Repo      *repoOut          `json:"repo,omitempty"`
 	Setup     []setupOut        `json:"setup,omitempty" jsonschema:"the setup commands run at create, in order"`
@@ -55,7 +57,7 @@ type sandboxOut struct {
 
 func sandboxFrom(sb client.Sandbox) sandboxOut {
 	out := sandboxOut{
-		ID: sb.ID, State: string(sb.State), Image: sb.Image, Labels: sb.Labels,
+		ID: sb.ID, State: string(sb.State), Image: sb.Image, Runtime: sb.Runtime, Labels: sb.Labels,
 		Error: sb.Error, CreatedAt: sb.CreatedAt.UTC().Format(time.RFC3339),
 	}
 	if sb.Repo != nil {
@@ -96,10 +98,10 @@ func (t *tools) registerSandboxes(s *mcp.Server) {
 		Description: `Create an isolated Linux sandbox (a container with a persistent /workspace) and return it once it is ready to run commands.
 Optionally clone a git repository into /workspace and run setup commands first; their exit codes and output tails are in the result.
 The result's "id" is the sandboxId the other tools take. Sandboxes keep running until sandbox_destroy (or the daemon's idle timeout): destroy them when done.`,
-		InputSchema: inputSchema[createIn](map[string]prop{"setup": maxItems(64)}),
+		InputSchema: inputSchema[createIn](map[string]prop{"setup": maxItems(64), "runtime": enum(client.RuntimeRunc, client.RuntimeGVisor)}),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, sandboxOut, error) {
-		req := client.CreateSandboxRequest{Image: in.Image, Env: in.Env, Labels: in.Labels, Setup: in.Setup}
+		req := client.CreateSandboxRequest{Image: in.Image, Env: in.Env, Labels: in.Labels, Setup: in.Setup, Runtime: in.Runtime}
 		if in.Limits != nil {
 			req.Limits = client.Limits{MemoryMB: in.Limits.MemoryMB, CPUs: in.Limits.CPUs, PidsLimit: in.Limits.PidsLimit}
 		}

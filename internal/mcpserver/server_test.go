@@ -236,3 +236,30 @@ func TestFileReadPages(t *testing.T) {
 		t.Errorf("pages joined are %d bytes, want the %d of the file", got.Len(), len(content))
 	}
 }
+
+// TestCreateRuntime checks that sandbox_create passes its runtime to the
+// API and shows the sandbox's, and that its schema offers only the known
+// runtimes.
+func TestCreateRuntime(t *testing.T) {
+	t.Parallel()
+	api := http.NewServeMux()
+	api.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		var req wire.CreateSandboxRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		json.NewEncoder(w).Encode(wire.Sandbox{ID: "sb1", State: wire.StateRunning, Runtime: req.Runtime})
+	})
+	cs := connect(t, api)
+	var out sandboxOut
+	structured(t, call(t, cs, "sandbox_create", map[string]any{"runtime": "gvisor"}), &out)
+	if out.Runtime != wire.RuntimeGVisor {
+		t.Errorf("sandbox_create with runtime gvisor: got runtime %q, want gvisor", out.Runtime)
+	}
+	if res := call(t, cs, "sandbox_create", map[string]any{"runtime": "runsc"}); !res.IsError {
+		t.Errorf("sandbox_create with runtime runsc: got %s, want a tool error (not in the schema's enum)", text(res))
+	}
+}
