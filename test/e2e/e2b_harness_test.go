@@ -38,7 +38,8 @@ func runE2BNode(t *testing.T, script string, env ...string) string {
 // the next step. The script gets:
 //
 //   - E2B_API_URL and E2B_SANDBOX_URL: http://<d.Addr>/e2b;
-//   - E2B_API_KEY: a key the daemon accepts;
+//   - E2B_API_KEY: an API key minted on d with `hotcell keys create`
+//     (e2bKey);
 //   - E2B_TEMPLATE: a template id whose image has bash and the E2B user
 //     account (hotcell/base; the test daemons' default image is busybox,
 //     which is what "base" means there);
@@ -59,7 +60,7 @@ func runE2BNodeOn(t *testing.T, d *testdaemon.Daemon, script string, env ...stri
 	cmd.Env = append(os.Environ(),
 		"E2B_API_URL="+base+"/e2b",
 		"E2B_SANDBOX_URL="+base+"/e2b",
-		"E2B_API_KEY="+strings.TrimSpace(string(token)),
+		"E2B_API_KEY="+e2bKey(t, d),
 		"E2B_TEMPLATE="+image,
 		"HOTCELL_URL="+base,
 		"HOTCELL_TOKEN="+strings.TrimSpace(string(token)),
@@ -73,6 +74,29 @@ func runE2BNodeOn(t *testing.T, d *testdaemon.Daemon, script string, env ...stri
 	}
 	t.Logf("node --test e2b/%s:\n%s", script, out)
 	return string(out)
+}
+
+var e2bKeys struct {
+	sync.Mutex
+	byDataDir map[string]string
+}
+
+// e2bKey returns an API key of daemon d, minted with `hotcell keys create`
+// on first use (the key lives in d's database, so it outlives a restart).
+func e2bKey(t *testing.T, d *testdaemon.Daemon) string {
+	t.Helper()
+	e2bKeys.Lock()
+	defer e2bKeys.Unlock()
+	if k := e2bKeys.byDataDir[d.DataDir]; k != "" {
+		return k
+	}
+	r := newCLI(t, d).want(0, "keys", "create", "e2b-sdk-tests")
+	key := strings.TrimSpace(r.stdout)
+	if e2bKeys.byDataDir == nil {
+		e2bKeys.byDataDir = map[string]string{}
+	}
+	e2bKeys.byDataDir[d.DataDir] = key
+	return key
 }
 
 var e2bSDK struct {

@@ -40,6 +40,11 @@ test('the daemon answers envd health at E2B_SANDBOX_URL', async () => {
   assert.equal(res.status, 204)
 })
 
+test('the key is one minted by hotcell keys create', () => {
+  assert.match(process.env.E2B_API_KEY, /^e2b_[0-9a-f]{40}$/)
+  assert.notEqual(process.env.E2B_API_KEY, process.env.HOTCELL_TOKEN)
+})
+
 test('no key: AuthenticationError before any request', async () => {
   const key = process.env.E2B_API_KEY
   delete process.env.E2B_API_KEY
