@@ -24,6 +24,8 @@ ensure_packages() {
 	command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
 	command -v ip >/dev/null && command -v iptables-save >/dev/null || missing+=(iproute2 iptables)
 	command -v ipset >/dev/null || missing+=(ipset)
+	# jq merges gVisor's runtime into the engine's daemon.json (ensure_runsc).
+	command -v jq >/dev/null || missing+=(jq)
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "installing ${missing[*]}"
 		export DEBIAN_FRONTEND=noninteractive
@@ -49,6 +51,86 @@ ensure_docker() {
 		done
 	fi
 	docker info >/dev/null 2>&1 || die "the Docker Engine did not start; see /var/log/hotcell-dockerd.log"
+}
+
+# GVISOR_RUNTIME_ARGS are the runsc flags gVisor sandboxes need here (the
+# driver's docker.GVisorRuntimeArgs): ptrace, as the KVM platform does not
+# start in time; host networking, which under Docker is the box's own
+# network namespace (gVisor's netstack refuses to start in it, and the
+# bridge and host firewall must apply as for runc); host-uds=open, so the
+# agent can dial the daemon's socket in its read-only run dir.
+GVISOR_RUNTIME_ARGS='["--platform=ptrace","--network=host","--host-uds=open"]'
+
+# runsc_register FILE NAME RUNSC merges the runtime NAME (runsc at path
+# RUNSC with GVISOR_RUNTIME_ARGS) into the engine config FILE, keeping every
+# other setting, other runtimes and the entry's own other flags (its own
+# --platform, --network and --host-uds give way to ours). It prints
+# "changed" after rewriting FILE (atomically, same mode, the old one kept as
+# FILE.hotcell-backup) or "unchanged" when FILE already had it, untouched.
+# A missing or empty FILE counts as {}; one that is not a JSON object is an
+# error and left as it is.
+runsc_register() {
+	local file=$1 name=$2 runsc=$3 old new tmp
+	old='{}'
+	if [ -s "$file" ]; then
+		old=$(jq -e 'if type == "object" then . else error("not a JSON object") end' "$file") ||
+			{ printf 'error: %s is not a JSON object; fix it by hand\n' "$file" >&2; return 1; }
+	fi
+	new=$(printf '%s' "$old" | jq --arg n "$name" --arg path "$runsc" --argjson args "$GVISOR_RUNTIME_ARGS" '
+		(.runtimes // {}) as $r | ($r[$n] // {}) as $e
+		| .runtimes = $r + {($n): ($e + {
+			path: ($e.path // $path),
+			runtimeArgs: ((reduce ($e.runtimeArgs // [])[] as $a ({out: [], skip: false};
+				if .skip then .skip = false
+				elif ($a | test("^--?(platform|network|host-uds)$")) then .skip = true
+				elif ($a | test("^--?(platform|network|host-uds)=")) then .
+				else .out += [$a] end) | .out) + $args)
+		})}') || return 1
+	if [ "$(printf '%s' "$old" | jq -S .)" = "$(printf '%s' "$new" | jq -S .)" ]; then
+		echo unchanged
+		return 0
+	fi
+	mkdir -p "$(dirname "$file")"
+	tmp=$(mktemp "$file.XXXXXX") || return 1
+	if [ -e "$file" ]; then
+		cp -p "$file" "$file.hotcell-backup" && chmod --reference="$file" "$tmp" || { rm -f "$tmp"; return 1; }
+	else
+		chmod 0644 "$tmp"
+	fi
+	printf '%s\n' "$new" >"$tmp" && mv -f "$tmp" "$file" || { rm -f "$tmp"; return 1; }
+	echo changed
+}
+
+# ensure_runsc installs gVisor's runsc from Debian and registers it with the
+# running Docker Engine as runtime ${HOTCELL_GVISOR_ENGINE_RUNTIME:-runsc}
+# (hotcell's gvisor_engine_runtime) in ${HOTCELL_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}.
+# The engine reloads its runtimes on SIGHUP, so it is signalled (never
+# restarted: its containers keep running), and only when the file changed;
+# then this waits until `docker info` lists the runtime. It returns non-zero
+# with a message when gVisor cannot be had: runc sandboxes work without it.
+ensure_runsc() {
+	local file=${HOTCELL_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
+	local name=${HOTCELL_GVISOR_ENGINE_RUNTIME:-runsc} runsc res pid
+	if ! runsc=$(command -v runsc); then
+		log "installing gVisor (runsc)"
+		export DEBIAN_FRONTEND=noninteractive
+		{ apt-get update -qq && apt-get install -y -qq runsc >/dev/null; } ||
+			{ printf 'error: apt-get install runsc failed\n' >&2; return 1; }
+		runsc=$(command -v runsc) || return 1
+	fi
+	res=$(runsc_register "$file" "$name" "$runsc") || return 1
+	if [ "$res" = changed ]; then
+		pid=$(cat /var/run/docker.pid 2>/dev/null || pidof -s dockerd) ||
+			{ printf 'error: no dockerd to reload\n' >&2; return 1; }
+		log "registered gVisor as Docker runtime $name in $file; reloading dockerd (SIGHUP)"
+		kill -HUP "$pid" || return 1
+	fi
+	for _ in $(seq 1 60); do
+		docker info --format '{{json .Runtimes}}' 2>/dev/null | jq -e --arg n "$name" 'has($n)' >/dev/null && return 0
+		sleep 0.5
+	done
+	printf 'error: the Docker Engine does not list runtime %s after reloading %s (does dockerd read another --config-file?)\n' "$name" "$file" >&2
+	return 1
 }
 
 ensure_go() {
