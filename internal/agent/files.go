@@ -101,6 +101,10 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	meta, err := parseMetadata(q)
+	if err != nil {
+		return err
+	}
 	target := p
 	existing, err := os.Lstat(target)
 	if err == nil && existing.Mode()&os.ModeSymlink != 0 {
@@ -165,6 +169,15 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 			// error here just means the new file is ours.
 			_ = tmp.Chown(int(st.Uid), int(st.Gid))
 			_ = tmp.Chmod(mode.FS()) // chown clears setuid bits
+		}
+	}
+	oldPath := ""
+	if existing != nil {
+		oldPath = target
+	}
+	if meta != nil || oldPath != "" {
+		if err := carryMetadata(tmp, oldPath, meta); err != nil {
+			return err
 		}
 	}
 	if err := tmp.Sync(); err != nil {

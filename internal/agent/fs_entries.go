@@ -36,6 +36,10 @@ func (h *handler) entries(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	withMeta, err := queryBool(q, "metadata")
+	if err != nil {
+		return err
+	}
 	if depth > maxEntriesDepth {
 		return errdefs.Invalid("depth", "must be at most %d, got %d", maxEntriesDepth, depth)
 	}
@@ -74,6 +78,9 @@ func (h *handler) entries(w http.ResponseWriter, r *http.Request) error {
 			e.UID, e.GID = int(st.Uid), int(st.Gid)
 		}
 		e.Owner, e.Group = users.name(e.UID), groups.name(e.GID)
+		if withMeta && fi.Mode()&os.ModeSymlink == 0 {
+			e.Metadata = readMetadata(p)
+		}
 		return e
 	}
 	if depth == 0 {

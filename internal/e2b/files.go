@@ -239,9 +239,29 @@ func acceptsGzip(v string) bool {
 
 // writtenFile is an element of the upload's answer.
 type writtenFile struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataHeaders reads an upload's X-Metadata-<key>: <value> headers, as
+// envd does: keys lower-cased (HTTP header names have no case), the first
+// value of each. The agent keeps them with the file (extended attributes
+// user.e2b.<key>) and checks their form.
+func metadataHeaders(h http.Header) map[string]string {
+	var m map[string]string
+	for name, vs := range h {
+		key, ok := strings.CutPrefix(http.CanonicalHeaderKey(name), "X-Metadata-")
+		if !ok || key == "" || len(vs) == 0 {
+			continue
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[strings.ToLower(key)] = vs[0]
+	}
+	return m
 }
 
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
@@ -249,6 +269,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	c.metadata = metadataHeaders(r.Header)
 	body := io.Reader(r.Body)
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
@@ -366,6 +387,13 @@ func (s *Server) writeOne(r *http.Request, c *fsCall, target string, body io.Rea
 		seen[p] = true
 	}
 	q := c.owner(url.Values{"path": {p}})
+	if c.metadata != nil {
+		b, err := json.Marshal(c.metadata)
+		if err != nil {
+			return writtenFile{}, err
+		}
+		q.Set("metadata", string(b))
+	}
 	req, err := http.NewRequestWithContext(r.Context(), http.MethodPut, "http://agent/v1/files?"+q.Encode(), body)
 	if err != nil {
 		return writtenFile{}, err
@@ -384,5 +412,5 @@ func (s *Server) writeOne(r *http.Request, c *fsCall, target string, body io.Rea
 		return writtenFile{}, errdefs.Read(resp)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	return writtenFile{Path: p, Name: path.Base(p), Type: "file"}, nil
+	return writtenFile{Path: p, Name: path.Base(p), Type: "file", Metadata: c.metadata}, nil
 }

@@ -283,3 +283,20 @@ func TestFilesCredentials(t *testing.T) {
 		}
 	}
 }
+
+func TestMetadataHeaders(t *testing.T) {
+	t.Parallel()
+	h := http.Header{}
+	h.Add("X-Metadata-Author", "ann")
+	h.Add("x-metadata-PURPOSE", "first")
+	h.Add("X-Metadata-Purpose", "second")
+	h.Add("X-Metadata-", "no key")
+	h.Add("X-Access-Token", "not metadata")
+	want := map[string]string{"author": "ann", "purpose": "first"}
+	if got := metadataHeaders(h); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("metadata %v, want %v", got, want)
+	}
+	if got := metadataHeaders(http.Header{"Content-Type": {"x"}}); got != nil {
+		t.Errorf("no metadata headers: %v", got)
+	}
+}

@@ -59,7 +59,7 @@ func (s *Server) filesystemRoutes() {
 	s.envd(svc+"ListDir", s.fsListDir)
 	s.envd(svc+"WatchDir", serverStream(s.fsWatchDir))
 	reg := newWatchers()
-	s.envd(svc+"CreateWatcher", unary(func(r *http.Request, req *createWatcherRequest) (*createWatcherResponse, error) {
+	s.envd(svc+"CreateWatcher", unary(func(r *http.Request, req *watchDirRequest) (*createWatcherResponse, error) {
 		return s.fsCreateWatcher(r, reg, req)
 	}))
 	s.envd(svc+"GetWatcherEvents", unary(func(r *http.Request, req *watcherRequest) (*getWatcherEventsResponse, error) {
@@ -73,16 +73,17 @@ func (s *Server) filesystemRoutes() {
 // The messages, in proto3 JSON (infra:packages/envd/spec/filesystem/filesystem.proto).
 
 type entryInfo struct {
-	Name          string `json:"name,omitempty"`
-	Type          string `json:"type,omitempty"`
-	Path          string `json:"path,omitempty"`
-	Size          int64  `json:"size,omitempty"`
-	Mode          uint32 `json:"mode,omitempty"`
-	Permissions   string `json:"permissions,omitempty"`
-	Owner         string `json:"owner,omitempty"`
-	Group         string `json:"group,omitempty"`
-	ModifiedTime  string `json:"modifiedTime,omitempty"`
-	SymlinkTarget string `json:"symlinkTarget,omitempty"`
+	Name          string            `json:"name,omitempty"`
+	Type          string            `json:"type,omitempty"`
+	Path          string            `json:"path,omitempty"`
+	Size          int64             `json:"size,omitempty"`
+	Mode          uint32            `json:"mode,omitempty"`
+	Permissions   string            `json:"permissions,omitempty"`
+	Owner         string            `json:"owner,omitempty"`
+	Group         string            `json:"group,omitempty"`
+	ModifiedTime  string            `json:"modifiedTime,omitempty"`
+	SymlinkTarget string            `json:"symlinkTarget,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
 }
 
 type pathRequest struct {
@@ -103,25 +104,25 @@ type moveRequest struct {
 	Destination string `json:"destination"`
 }
 
+// watchDirRequest is WatchDirRequest and CreateWatcherRequest. Network
+// mounts (allowNetworkMounts) are not told apart: any directory the agent
+// can watch is watched.
 type watchDirRequest struct {
-	Path      string `json:"path"`
-	Recursive bool   `json:"recursive"`
+	Path         string `json:"path"`
+	Recursive    bool   `json:"recursive"`
+	IncludeEntry bool   `json:"includeEntry"`
 }
 
 type filesystemEvent struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Name  string     `json:"name"`
+	Type  string     `json:"type"`
+	Entry *entryInfo `json:"entry,omitempty"`
 }
 
 type watchDirResponse struct {
 	Start      *struct{}        `json:"start,omitempty"`
 	Filesystem *filesystemEvent `json:"filesystem,omitempty"`
 	Keepalive  *struct{}        `json:"keepalive,omitempty"`
-}
-
-type createWatcherRequest struct {
-	Path      string `json:"path"`
-	Recursive bool   `json:"recursive"`
 }
 
 type createWatcherResponse struct {
@@ -142,6 +143,8 @@ type fsEmpty struct{}
 type fsCall struct {
 	conn *agentconn.Conn
 	user wire.Account
+	// metadata goes with every file an upload writes.
+	metadata map[string]string
 }
 
 // fsBegin finds the sandbox's agent and the call's user: the Basic user of
@@ -262,6 +265,7 @@ func toEntryInfo(e wire.FileEntry) *entryInfo {
 		Permissions: mode.String(),
 		Owner:       e.Owner,
 		Group:       e.Group,
+		Metadata:    e.Metadata,
 	}
 	if info.Type == "" {
 		info.Type = "FILE_TYPE_UNSPECIFIED"
@@ -282,7 +286,7 @@ func toEntryInfo(e wire.FileEntry) *entryInfo {
 // entries calls fn with each entry of the agent's /v1/fs/entries for p to
 // depth, read line by line (each line at most maxAgentLine).
 func (c *fsCall) entries(ctx context.Context, p string, depth int, fn func(wire.FileEntry) error) error {
-	q := url.Values{"path": {p}, "depth": {strconv.Itoa(depth)}}
+	q := url.Values{"path": {p}, "depth": {strconv.Itoa(depth)}, "metadata": {"true"}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/fs/entries?"+q.Encode(), nil)
 	if err != nil {
 		return err
@@ -675,6 +679,18 @@ func agentTempFile(p string) bool {
 	return true
 }
 
+// addEntry gives an event the entry of its path as it is now, when it
+// still exists (a removed or renamed-away one has none).
+func (c *fsCall) addEntry(ctx context.Context, root string, fe *filesystemEvent) {
+	switch fe.Type {
+	case "EVENT_TYPE_REMOVE", "EVENT_TYPE_RENAME":
+		return
+	}
+	if e, err := c.stat(ctx, path.Join(root, fe.Name)); err == nil {
+		fe.Entry = e
+	}
+}
+
 // fsWatchDir streams a directory's changes: start once the watch is in
 // place, then filesystem events and keepalives, until the client hangs up,
 // Connect-Timeout-Ms runs out (deadline_exceeded) or the directory goes.
@@ -707,6 +723,9 @@ func (s *Server) fsWatchDir(r *http.Request, req *watchDirRequest, st *Stream) e
 			return err
 		}
 		for _, fe := range toFilesystemEvents(root, ev) {
+			if req.IncludeEntry {
+				c.addEntry(ctx, root, &fe)
+			}
 			if err := st.Send(watchDirResponse{Filesystem: &fe}); err != nil {
 				return err
 			}

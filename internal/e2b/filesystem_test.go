@@ -42,17 +42,17 @@ func TestToFilesystemEvents(t *testing.T) {
 		ev   wire.WatchEvent
 		want []filesystemEvent
 	}{
-		{wire.WatchEvent{Type: wire.WatchCreated, Path: root + "/a.txt"}, []filesystemEvent{{"a.txt", "EVENT_TYPE_CREATE"}}},
-		{wire.WatchEvent{Type: wire.WatchModified, Path: root + "/sub/b"}, []filesystemEvent{{"sub/b", "EVENT_TYPE_WRITE"}}},
-		{wire.WatchEvent{Type: "chmod", Path: root + "/a.txt"}, []filesystemEvent{{"a.txt", "EVENT_TYPE_CHMOD"}}},
-		{wire.WatchEvent{Type: wire.WatchDeleted, Path: root + "/a.txt"}, []filesystemEvent{{"a.txt", "EVENT_TYPE_REMOVE"}}},
-		{wire.WatchEvent{Type: wire.WatchRenamed, OldPath: root + "/a", Path: root + "/b"}, []filesystemEvent{{"a", "EVENT_TYPE_RENAME"}, {"b", "EVENT_TYPE_CREATE"}}},
+		{wire.WatchEvent{Type: wire.WatchCreated, Path: root + "/a.txt"}, []filesystemEvent{{Name: "a.txt", Type: "EVENT_TYPE_CREATE"}}},
+		{wire.WatchEvent{Type: wire.WatchModified, Path: root + "/sub/b"}, []filesystemEvent{{Name: "sub/b", Type: "EVENT_TYPE_WRITE"}}},
+		{wire.WatchEvent{Type: "chmod", Path: root + "/a.txt"}, []filesystemEvent{{Name: "a.txt", Type: "EVENT_TYPE_CHMOD"}}},
+		{wire.WatchEvent{Type: wire.WatchDeleted, Path: root + "/a.txt"}, []filesystemEvent{{Name: "a.txt", Type: "EVENT_TYPE_REMOVE"}}},
+		{wire.WatchEvent{Type: wire.WatchRenamed, OldPath: root + "/a", Path: root + "/b"}, []filesystemEvent{{Name: "a", Type: "EVENT_TYPE_RENAME"}, {Name: "b", Type: "EVENT_TYPE_CREATE"}}},
 		{wire.WatchEvent{Type: wire.WatchCreated, Path: "/home/user/wx"}, nil},
 		// An atomic write by the agent: its temp file is not seen, its rename is the target's create and write.
 		{wire.WatchEvent{Type: wire.WatchCreated, Path: root + "/.a.txt.hotcell-tmp-123"}, nil},
 		{wire.WatchEvent{Type: "chmod", Path: root + "/.a.txt.hotcell-tmp-123"}, nil},
-		{wire.WatchEvent{Type: wire.WatchRenamed, OldPath: root + "/.a.txt.hotcell-tmp-123", Path: root + "/a.txt"}, []filesystemEvent{{"a.txt", "EVENT_TYPE_CREATE"}, {"a.txt", "EVENT_TYPE_WRITE"}}},
-		{wire.WatchEvent{Type: wire.WatchCreated, Path: root + "/.x.hotcell-tmp-12a"}, []filesystemEvent{{".x.hotcell-tmp-12a", "EVENT_TYPE_CREATE"}}},
+		{wire.WatchEvent{Type: wire.WatchRenamed, OldPath: root + "/.a.txt.hotcell-tmp-123", Path: root + "/a.txt"}, []filesystemEvent{{Name: "a.txt", Type: "EVENT_TYPE_CREATE"}, {Name: "a.txt", Type: "EVENT_TYPE_WRITE"}}},
+		{wire.WatchEvent{Type: wire.WatchCreated, Path: root + "/.x.hotcell-tmp-12a"}, []filesystemEvent{{Name: ".x.hotcell-tmp-12a", Type: "EVENT_TYPE_CREATE"}}},
 		{wire.WatchEvent{Type: wire.WatchDeleted, Path: root}, nil},
 		{wire.WatchEvent{Type: wire.WatchOverflow}, nil},
 		{wire.WatchEvent{Type: wire.WatchKeepalive}, nil},

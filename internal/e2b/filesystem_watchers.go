@@ -52,7 +52,7 @@ func newWatchers() *watchers {
 	return &watchers{byID: map[string]*watcher{}, per: map[string]int{}, idle: watcherIdle}
 }
 
-func (s *Server) fsCreateWatcher(r *http.Request, reg *watchers, req *createWatcherRequest) (*createWatcherResponse, error) {
+func (s *Server) fsCreateWatcher(r *http.Request, reg *watchers, req *watchDirRequest) (*createWatcherResponse, error) {
 	c, root, err := s.watchTarget(r, req.Path)
 	if err != nil {
 		return nil, err
@@ -110,8 +110,14 @@ func (s *Server) fsCreateWatcher(r *http.Request, reg *watchers, req *createWatc
 				w.mu.Unlock()
 				return
 			}
+			evs := toFilesystemEvents(root, ev)
+			if req.IncludeEntry {
+				for i := range evs {
+					c.addEntry(ctx, root, &evs[i])
+				}
+			}
 			w.mu.Lock()
-			for _, fe := range toFilesystemEvents(root, ev) {
+			for _, fe := range evs {
 				if len(w.events) >= maxWatcherEvents {
 					w.dropped++
 					continue

@@ -105,8 +105,10 @@ func (s *Server) Handler() http.Handler { return s.mux }
 
 // EnvdVersion is the envd version reported to the SDK. The SDK gates
 // features on it (e2b-protocol.md §8): 0.5.7 or later gets octet-stream
-// and gzip uploads and closeStdin, and no default-user headers.
-const EnvdVersion = "0.5.7"
+// and gzip uploads and closeStdin, and no default-user headers; 0.6.2
+// file metadata (X-Metadata-* on writes), 0.6.3 watch events with their
+// entry, 0.6.4 watches of network mounts.
+const EnvdVersion = "0.6.4"
 
 func (s *Server) routes() {
 	s.controlRoutes()

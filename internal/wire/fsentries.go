@@ -13,6 +13,9 @@ type FileEntry struct {
 	// /etc/group, or the numbers when they have none.
 	Owner string `json:"owner"`
 	Group string `json:"group"`
+	// Metadata is the file's user.e2b.* extended attributes, when asked
+	// for (metadata=true).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // FileEntryLine is one line of GET /v1/fs/entries: an entry, or the last

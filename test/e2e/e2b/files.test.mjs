@@ -6,7 +6,11 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { gzipSync } from 'node:zlib'
 import { Sandbox, FileNotFoundError, InvalidArgumentError } from 'e2b'
-import { sandboxFor } from './sandbox.mjs'
+
+// The envd version hotcell reports (e2b.EnvdVersion): file metadata and
+// watch entries need 0.6.2 and 0.6.3.
+const envdVersion = '0.6.4'
+const sandboxFor = (id, token) => new Sandbox({ sandboxId: id, envdAccessToken: token, envdVersion })
 
 const timeoutMs = 120_000
 let sbx // the sandbox under test
@@ -80,6 +84,18 @@ test('write and read text; relative paths are in the user\'s home and belong to 
   assert.equal(await sbx.files.read('/tmp/e2b/deep/er/empty.txt'), '')
   await sbx.files.write('/tmp/e2b/deep/er/empty.txt', 'now full')
   assert.equal(await sbx.files.read('/tmp/e2b/deep/er/empty.txt'), 'now full')
+})
+
+test('metadata: kept with the file, returned by write, getInfo and list, kept by a rewrite', { timeout: timeoutMs }, async () => {
+  const info = await sbx.files.write('/tmp/meta/a.txt', 'a', { metadata: { Author: 'ann', purpose: 'a test' } })
+  assert.deepEqual(info.metadata, { author: 'ann', purpose: 'a test' })
+  assert.deepEqual((await sbx.files.getInfo('/tmp/meta/a.txt')).metadata, { author: 'ann', purpose: 'a test' })
+  const [streamed] = await sbx.files.write([{ path: '/tmp/meta/b.txt', data: 'b' }], { metadata: { k: 'v' }, gzip: true })
+  assert.deepEqual(streamed.metadata, { k: 'v' })
+  await sbx.files.write('/tmp/meta/a.txt', 'rewritten')
+  const listed = await sbx.files.list('/tmp/meta')
+  assert.deepEqual(listed.map(e => [e.name, e.metadata]), [['a.txt', { author: 'ann', purpose: 'a test' }], ['b.txt', { k: 'v' }]])
+  assert.equal((await sbx.files.getInfo('/tmp')).metadata, undefined)
 })
 
 test('write several files in one multipart upload, full paths kept', { timeout: timeoutMs }, async () => {
@@ -247,6 +263,15 @@ test('watchDir: events with relative names, recursive, stop', { timeout: timeout
   await waitFor(flat, e => e.name === 'seen.txt')
   assert.equal(flat.some(e => e.name.startsWith('sub/')), false, JSON.stringify(flat))
   await h2.stop()
+
+  // With the entry of each event's path.
+  const withEntry = []
+  const h3 = await sbx.files.watchDir('/tmp/watched', e => withEntry.push(e), { includeEntry: true })
+  await sbx.files.write('/tmp/watched/entry.txt', 'entry!')
+  const ev = await waitFor(withEntry, e => e.name === 'entry.txt' && e.type === 'write')
+  assert.equal(ev.entry?.path, '/tmp/watched/entry.txt', JSON.stringify(ev))
+  assert.equal(ev.entry.size, 6)
+  await h3.stop()
 
   await assert.rejects(sbx.files.watchDir('/tmp/no-such-dir', () => {}), FileNotFoundError)
   await assert.rejects(sbx.files.watchDir('/tmp/watched/seen.txt', () => {}), InvalidArgumentError)
