@@ -44,7 +44,7 @@ func TestRunscRegister(t *testing.T) {
 	registered := `{"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":` + ours + `}}}`
 	for _, tc := range []struct {
 		name, before string // before "-": no file
-		want, result     string
+		want, result string
 	}{
 		{"no file", "-", registered, "changed"},
 		{"empty file", "", registered, "changed"},
