@@ -167,9 +167,18 @@ build_binaries() {
 		CGO_ENABLED=0 go build -trimpath -o bin/hotcell-agent ./cmd/hotcell-agent)
 }
 
-# ensure_base_image builds hotcell/base:latest unless it is there.
+# HOTCELL_BASE_VERSION is images.BaseVersion: an hotcell/base whose
+# hotcell.base.version label differs is rebuilt (2 added the user "user").
+HOTCELL_BASE_VERSION=2
+
+# ensure_base_image builds hotcell/base:latest unless it is there, at
+# HOTCELL_BASE_VERSION.
 ensure_base_image() {
-	if docker image inspect hotcell/base:latest >/dev/null 2>&1; then return; fi
+	local have
+	if have=$(docker image inspect -f '{{index .Config.Labels "hotcell.base.version"}}' hotcell/base:latest 2>/dev/null); then
+		if [ "$have" = "$HOTCELL_BASE_VERSION" ]; then return; fi
+		log "hotcell/base:latest is version ${have:-1}, want $HOTCELL_BASE_VERSION: rebuilding it"
+	fi
 	log "building the default image hotcell/base:latest (a few minutes, once)"
 	"$HOTCELL_ROOT/bin/hotcell" image build
 }

@@ -41,7 +41,8 @@ func (a *app) imageBuildCmd() *cobra.Command {
 		Long: `Build an image into the local Docker Engine.
 
 By default it builds ` + images.BaseRef + `, the default sandbox image: Debian
-with bash, git, curl, python3 and ca-certificates. It starts from
+with bash, git, curl, python3 and ca-certificates, and a non-root user
+"user" (uid and gid 1000, home /home/user) as E2B code expects. It starts from
 debian:bookworm-slim if a registry answers, else builds the root file system
 with debootstrap (needs root and the debootstrap package). Takes minutes.
 

@@ -27,13 +27,42 @@ const (
 	basePackageCSV = "bash,ca-certificates,git,curl,python3,procps"
 )
 
+// The default non-root user of hotcell/base, as E2B's templates have it:
+// E2B's envd runs commands as "user" unless asked for root.
+const (
+	UserName = "user"
+	UserID   = 1000
+	UserHome = "/home/user"
+)
+
+// BaseVersion is the version of what BuildBase makes, in the image's
+// LabelBaseVersion label; scripts/lib.sh rebuilds an hotcell/base with
+// another (version 2 added UserName). Raise it, here and in
+// HOTCELL_BASE_VERSION in scripts/lib.sh, when the base changes.
+const (
+	BaseVersion      = "2"
+	LabelBaseVersion = "hotcell.base.version"
+)
+
+// baseChanges are the image config of hotcell/base, on both paths.
+var baseChanges = []string{"ENV LANG=C.UTF-8", `CMD ["/bin/bash"]`, "LABEL " + LabelBaseVersion + "=" + BaseVersion}
+
+// addUserScript adds UserName to a Debian root file system, run by its own
+// /bin/sh: in the build container from the slim image, and chrooted into
+// the debootstrap tree, so both paths make the same account. useradd comes
+// with passwd, which both bases have (priority required).
+var addUserScript = fmt.Sprintf("groupadd --gid %[2]d %[1]s && "+
+	"useradd --uid %[2]d --gid %[2]d --create-home --home-dir %[3]s --shell /bin/bash %[1]s",
+	UserName, UserID, UserHome)
+
 // pullProbeTimeout bounds how long BuildBase waits for a registry's first
 // answer before it falls back to debootstrap; on a host without a registry
 // the pull would otherwise hang on DNS or TCP for minutes.
 const pullProbeTimeout = 15 * time.Second
 
 // BuildBase builds ref as the hotcell/base image: Debian bookworm with bash,
-// ca-certificates, git, curl, python3 and procps, and /workspace. It uses
+// ca-certificates, git, curl, python3 and procps, /workspace, and the
+// non-root user UserName (uid and gid UserID, home UserHome). It uses
 // debian:bookworm-slim when that is present or can be pulled, else builds the
 // root filesystem with debootstrap (needs root and the debootstrap package)
 // from the mirror apt uses on this host. progress gets human-readable lines.
@@ -90,7 +119,7 @@ func haveSlim(ctx context.Context, c *client.Client, progress func(string)) erro
 func buildFromSlim(ctx context.Context, c *client.Client, ref string, progress func(string)) error {
 	script := "set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update; " +
 		"apt-get install -y --no-install-recommends " + strings.ReplaceAll(basePackageCSV, ",", " ") + "; " +
-		"apt-get clean; rm -rf /var/lib/apt/lists/*; mkdir -p /workspace"
+		"apt-get clean; rm -rf /var/lib/apt/lists/*; mkdir -p /workspace; " + addUserScript
 	cr, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Image:  slimRef,
 		Config: &container.Config{Cmd: []string{"/bin/sh", "-c", script}, Labels: map[string]string{LabelImage: "build"}},
@@ -143,7 +172,7 @@ func buildFromSlim(ctx context.Context, c *client.Client, ref string, progress f
 	}
 	_, err = c.ContainerCommit(ctx, cr.ID, client.ContainerCommitOptions{
 		Reference: ref,
-		Changes:   append(append([]string(nil), commonChanges...), "ENV LANG=C.UTF-8", "CMD [\"/bin/bash\"]"),
+		Changes:   append(append([]string(nil), commonChanges...), baseChanges...),
 	})
 	if err != nil {
 		return fmt.Errorf("build image %s: commit: %w", ref, err)
@@ -205,8 +234,13 @@ func buildWithDebootstrap(ctx context.Context, c *client.Client, ref string, pro
 	if err := os.MkdirAll(filepath.Join(tmp, "workspace"), 0o755); err != nil {
 		return fmt.Errorf("build image %s: %w", ref, err)
 	}
+	progress("adding user " + UserName)
+	// The tree's own useradd, chrooted: the host's could differ, or be absent.
+	if out, err := exec.CommandContext(ctx, "chroot", tmp, "/bin/sh", "-c", addUserScript).CombinedOutput(); err != nil {
+		return fmt.Errorf("build image %s: add user %s: %w: %s", ref, UserName, err, strings.TrimSpace(string(out)))
+	}
 	progress("importing root filesystem as " + ref)
-	return importTar(ctx, c, ref, []string{"ENV LANG=C.UTF-8", `CMD ["/bin/bash"]`}, func(w io.Writer) error {
+	return importTar(ctx, c, ref, baseChanges, func(w io.Writer) error {
 		return tarTree(w, tmp)
 	})
 }

@@ -149,6 +149,19 @@ deb http://deb.debian.org/debian bookworm main
 	}
 }
 
+// TestBaseVersionInScripts keeps scripts/lib.sh, which rebuilds an
+// outdated hotcell/base, in step with BaseVersion.
+func TestBaseVersionInScripts(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../scripts/lib.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "\nHOTCELL_BASE_VERSION=" + images.BaseVersion + "\n"; !strings.Contains(string(data), want) {
+		t.Errorf("scripts/lib.sh lacks %q", strings.TrimSpace(want))
+	}
+}
+
 // TestBuildBase builds hotcell/base with whatever path works on this host
 // (debootstrap when no registry answers). It takes minutes and fetches
 // packages from the Debian mirror, so it only runs when asked for:
@@ -171,5 +184,19 @@ func TestBuildBase(t *testing.T) {
 	t.Logf("run in base: %q exit %d", out, code)
 	if !strings.HasPrefix(out, "/workspace\ngit\n2\ncurl\n") {
 		t.Errorf("base image tools: got %q", out)
+	}
+	img, err := c.ImageInspect(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := img.Config.Labels[images.LabelBaseVersion]; got != images.BaseVersion {
+		t.Errorf("label %s: got %q, want %q", images.LabelBaseVersion, got, images.BaseVersion)
+	}
+	// The non-root user E2B code expects: uid/gid 1000, /home/user owned
+	// by it, bash; and the home is usable as that user.
+	out, code = run(t, c, ref, "bash", "-c", `getent passwd user; getent group user; stat -c '%u:%g %F' /home/user; su -s /bin/bash user -c 'cd && touch .probe && id -un && pwd'`)
+	want := "user:x:1000:1000::/home/user:/bin/bash\nuser:x:1000:\n1000:1000 directory\nuser\n/home/user\n"
+	if out != want || code != 0 {
+		t.Errorf("user in base: got %q exit %d, want %q", out, code, want)
 	}
 }
