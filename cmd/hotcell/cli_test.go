@@ -87,6 +87,8 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && r.URL.Path == "/v1/sandboxes/sb1":
 		jsonReply(w, 200, client.Sandbox{ID: "sb1", State: client.StateRunning, Image: "img", CreatedAt: created,
 			Env: map[string]string{"SECRET": "v"}, Limits: client.Limits{MemoryMB: 512}})
+	case r.Method == "GET" && r.URL.Path == "/v1/host":
+		jsonReply(w, 200, client.HostInfo{Version: "v9", Driver: "docker", EngineVersion: "20.10", Runtimes: []string{"runc", "gvisor"}, DefaultRuntime: "runc"})
 	case r.Method == "DELETE" && r.URL.Path == "/v1/sandboxes/sb1":
 		w.WriteHeader(204)
 	case r.Method == "POST" && r.URL.Path == "/v1/sandboxes/sb1/exec":
@@ -209,6 +211,14 @@ func TestLs(t *testing.T) {
 	var list client.SandboxList
 	if err := json.Unmarshal([]byte(res.stdout), &list); err != nil || len(list.Sandboxes) != 2 {
 		t.Errorf("--json: got %q (%v)", res.stdout, err)
+	}
+}
+
+func TestVersionShowsRuntimes(t *testing.T) {
+	_, url := newFake(t)
+	res := runCLI(t, envFor(url), "version")
+	if res.code != 0 || !strings.Contains(res.stdout, "server: v9") || !strings.Contains(res.stdout, "runtimes: runc, gvisor (default runc)\n") {
+		t.Errorf("got %+v, want the server's version and its runtimes", res)
 	}
 }
 

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hotcell/hotcell/internal/buildinfo"
+	"github.com/hotcell/hotcell/internal/termsafe"
 )
 
 func (a *app) versionCmd() *cobra.Command {
@@ -25,6 +27,10 @@ driver and engine. An unreachable daemon is reported but is not an error.`,
 				Driver        string `json:"driver"`
 				EngineVersion string `json:"engineVersion"`
 				URL           string `json:"url"`
+				// Runtimes the engine can run sandboxes under now, and the
+				// default of a create that names none.
+				Runtimes       []string `json:"runtimes"`
+				DefaultRuntime string   `json:"defaultRuntime"`
 			}
 			out := struct {
 				Client      string      `json:"client"`
@@ -40,7 +46,8 @@ driver and engine. An unreachable daemon is reported but is not an error.`,
 				defer cancel()
 				h, herr := c.Host(ctx)
 				if herr == nil {
-					out.Server = &serverInfo{Version: h.Version, Driver: h.Driver, EngineVersion: h.EngineVersion, URL: c.URL()}
+					out.Server = &serverInfo{Version: h.Version, Driver: h.Driver, EngineVersion: h.EngineVersion, URL: c.URL(),
+						Runtimes: h.Runtimes, DefaultRuntime: h.DefaultRuntime}
 				}
 				err = herr
 			}
@@ -53,6 +60,7 @@ driver and engine. An unreachable daemon is reported but is not an error.`,
 			fmt.Fprintf(a.stdout, "client: %s\n", out.Client)
 			if out.Server != nil {
 				fmt.Fprintf(a.stdout, "server: %s at %s (driver %s, engine %s)\n", out.Server.Version, out.Server.URL, out.Server.Driver, out.Server.EngineVersion)
+				fmt.Fprintf(a.stdout, "runtimes: %s (default %s)\n", termsafe.String(strings.Join(out.Server.Runtimes, ", ")), termsafe.String(out.Server.DefaultRuntime))
 			} else {
 				fmt.Fprintf(a.stderr, "server: %s\n", out.ServerError)
 			}
