@@ -255,6 +255,70 @@ func TestStartThroughTheAgent(t *testing.T) {
 	}
 }
 
+// A quiet process gets keepalives at the client's Keepalive-Ping-Interval,
+// after the start event and before the end.
+func TestStartKeepalivesWhileQuiet(t *testing.T) {
+	t.Parallel()
+	h := agent.NewHandler(agent.Options{Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	s, hs := procServer(t, h)
+	msgs, end := startProcess(t, s, hs, `{"process":{"cmd":"sleep","args":["2.5"]}}`, "Keepalive-Ping-Interval", "1")
+	if end != "{}" || len(msgs) < 3 {
+		t.Fatalf("got %d messages and %s", len(msgs), end)
+	}
+	if msgs[0].Event.Start == nil || msgs[len(msgs)-1].Event.End == nil {
+		t.Fatalf("messages %+v: want start first and end last", msgs)
+	}
+	keepalives := 0
+	for _, m := range msgs[1 : len(msgs)-1] {
+		if m.Event.Keepalive != nil {
+			keepalives++
+		}
+	}
+	if keepalives == 0 {
+		t.Errorf("no keepalive in %d messages of a 2.5 s quiet process at a 1 s interval", len(msgs))
+	}
+}
+
+func TestUnaryCallsThroughTheAgent(t *testing.T) {
+	t.Parallel()
+	h := agent.NewHandler(agent.Options{Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	s, hs := procServer(t, h)
+	call := func(method, body string) (int, string) {
+		r, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, hs.URL+"/process.Process/"+method, strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("E2b-Sandbox-Id", "sb-proc")
+		r.Header.Set("X-Access-Token", s.EnvdToken("sb-proc"))
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	tests := []struct {
+		method, body string
+		status       int
+		want         string
+	}{
+		{"List", `{}`, 200, `{"processes":[]}`},
+		// The SDK's kill returns false on not_found.
+		{"SendSignal", `{"process":{"pid":999999},"signal":"SIGNAL_SIGKILL"}`, 404, `"code":"not_found"`},
+		{"SendSignal", `{"process":{"pid":1},"signal":"SIGNAL_SIGINT"}`, 400, `"code":"invalid_argument"`},
+		{"SendInput", `{"process":{"pid":999999},"input":{"stdin":"eA=="}}`, 404, `"code":"not_found"`},
+		{"CloseStdin", `{"process":{"pid":999999}}`, 404, `"code":"not_found"`},
+		{"Update", `{"process":{"pid":999999},"pty":{"size":{"cols":0,"rows":10}}}`, 400, `"code":"invalid_argument"`},
+		{"Update", `{"process":{"tag":"x"}}`, 501, `"code":"unimplemented"`},
+		{"StreamInput", `{}`, 501, `"code":"unimplemented"`},
+	}
+	for _, tt := range tests {
+		status, body := call(tt.method, tt.body)
+		if status != tt.status || !strings.Contains(body, tt.want) {
+			t.Errorf("%s %s: got %d %s, want %d with %s", tt.method, tt.body, status, body, tt.status, tt.want)
+		}
+	}
+}
+
 // A hostile agent's oversized frame ends the stream with an error: the
 // daemon does not buffer what the sandbox claims it will send.
 func TestStartRefusesAHugeFrameFromTheAgent(t *testing.T) {
