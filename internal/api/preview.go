@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/e2b"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -89,7 +90,13 @@ func previewCookieName(r *http.Request) string {
 	return wire.PreviewTokenCookie
 }
 
-func isPublic(sb wire.Sandbox, port int) bool { return slices.Contains(sb.PublicPorts, port) }
+// isPublic reports whether port of sb answers previews without a
+// credential: a port made public, or any port of a sandbox made through
+// the E2B API with public traffic (E2B's network.allowPublicTraffic, on
+// by default there: docs/e2b.md).
+func isPublic(sb wire.Sandbox, port int) bool {
+	return slices.Contains(sb.PublicPorts, port) || sb.Labels[e2b.LabelPublicTraffic] == "true"
+}
 
 // presentedPreviewToken returns the preview token r carries, and whether it
 // came in the query (to be turned into a cookie). Cookies count only by
@@ -261,6 +268,15 @@ func (s *Server) servePreviewHost(w http.ResponseWriter, r *http.Request) bool {
 	label, ok := previewLabel(r.Host, s.opts.PreviewDomain)
 	if !ok {
 		return false
+	}
+	if id, port, err := parsePreviewLabel(label); err == nil && port == e2b.EnvdPort && s.opts.E2B != nil {
+		// 49983-{id}.<preview domain> is that sandbox's envd, the E2B
+		// SDK's default envd URL: the E2B handler checks the sandbox's
+		// envd token. The host names the sandbox, whatever header the
+		// client sent.
+		r.Header.Set(e2b.SandboxIDHeader, id)
+		s.opts.E2B.ServeHTTP(w, r)
+		return true
 	}
 	s.adapt(func(w http.ResponseWriter, r *http.Request) error {
 		id, port, parseErr := parsePreviewLabel(label)

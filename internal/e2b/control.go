@@ -48,6 +48,13 @@ import (
 )
 
 const (
+	// EnvdPort is envd's port: the SDK's default envd URL is
+	// https://49983-<id>.<domain>, which hotcell's preview proxy hands to
+	// this package's handler.
+	EnvdPort = 49983
+	// SandboxIDHeader names the sandbox of an envd request.
+	SandboxIDHeader = "E2b-Sandbox-Id"
+
 	// labelPrefix starts the labels the E2B front keeps on a sandbox.
 	labelPrefix = "e2b.hotcell/"
 	// LabelTemplate records the template id a sandbox was made from, so

@@ -7,6 +7,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
+import http from 'node:http'
 import { Sandbox, AuthenticationError, SandboxNotFoundError } from 'e2b'
 
 const run = randomUUID().slice(0, 8) // this run's sandboxes carry metadata run=<run>
@@ -162,4 +163,40 @@ test('what hotcell cannot do is refused, naming the field', async () => {
   await assert.rejects(create({ volumeMounts: { '/data': 'vol' } }), /volumeMounts/)
   await assert.rejects(create({ network: { denyOut: ['8.8.8.8/32'] } }), /network\.denyOut/)
   await assert.rejects(Sandbox.create('Not An Image!'), /templateID/)
+})
+
+// GET http://<host>/ sent to the daemon's own address: getHost's names
+// live under the daemon's preview domain, and the tests use no DNS.
+function getVia(host, headers = {}) {
+  const api = new URL(process.env.E2B_API_URL)
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: api.hostname, port: api.port, path: '/', headers: { ...headers, Host: host } }, (res) => {
+      let body = ''
+      res.on('data', (c) => (body += c))
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+  })
+}
+
+test('getHost names a host the preview proxy answers, with no credential', async () => {
+  const sbx = await Sandbox.create(process.env.E2B_TEMPLATE, { metadata: { run } })
+  made.push(sbx.sandboxId)
+  const host = sbx.getHost(8000)
+  assert.equal(host, `8000-${sbx.sandboxId}.preview.localhost`)
+  await sbx.commands.run('python3 -m http.server 8000 --bind 127.0.0.1', { background: true, cwd: '/tmp', user: 'root' })
+  let res
+  for (let i = 0; i < 300; i++) {
+    res = await getVia(host)
+    if (res.status === 200) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  assert.equal(res.status, 200, res.body)
+  assert.match(res.body, /Directory listing/)
+
+  // Made with allowPublicTraffic: false, its ports need hotcell's preview
+  // credentials.
+  const priv = await create({ network: { allowPublicTraffic: false } })
+  assert.equal((await priv.getInfo()).network.allowPublicTraffic, false)
+  assert.equal((await getVia(priv.getHost(8000))).status, 401)
 })
