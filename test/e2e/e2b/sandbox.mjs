@@ -15,9 +15,9 @@ export async function testSandbox() {
   return Sandbox.create(process.env.E2B_TEMPLATE)
 }
 
-// eventually polls cond until it holds (10 s at most).
+// eventually polls cond until it holds (30 s at most: CI hosts are loaded).
 export async function eventually(cond, what) {
-  for (let i = 0; i < 200; i++) {
+  for (let i = 0; i < 600; i++) {
     if (await cond()) return
     await new Promise((r) => setTimeout(r, 50))
   }
