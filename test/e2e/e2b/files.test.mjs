@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { gzipSync } from 'node:zlib'
-import { Sandbox, FileNotFoundError, InvalidArgumentError } from 'e2b'
+import { Sandbox, FileNotFoundError, InvalidArgumentError, AuthenticationError } from 'e2b'
 
 // The envd version hotcell reports (e2b.EnvdVersion): file metadata and
 // watch entries need 0.6.2 and 0.6.3.
@@ -340,6 +340,12 @@ test('errors: missing file, unknown user, another sandbox\'s token', { timeout: 
   })
   assert.equal(res.status, 401)
   assert.equal((await res.json()).code, 'unauthenticated')
+  // The SDK holding this sandbox's id with the other's token.
+  const impostor = sandboxFor(sbx.sandboxId, otherToken)
+  await assert.rejects(impostor.files.read('/tmp/root.txt'), AuthenticationError)
+  await assert.rejects(impostor.files.write('/tmp/x.txt', 'x'), AuthenticationError)
+  await assert.rejects(impostor.files.list('/tmp'), AuthenticationError)
+  await assert.rejects(impostor.files.watchDir('/tmp', () => {}), AuthenticationError)
   res = await envdFetch(`${base}/files?path=/tmp/x.txt`, { method: 'POST', headers: { 'X-Access-Token': otherToken, 'Content-Type': 'application/octet-stream' }, body: 'x' })
   assert.equal(res.status, 401)
   assert.equal(await sbx.files.exists('/tmp/x.txt'), false)
