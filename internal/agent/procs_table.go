@@ -11,8 +11,11 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -26,6 +29,8 @@ const (
 	maxProcesses       = 1024 // records kept, exited ones included
 	procMetaFile       = "meta.json"
 	procExitDrainGrace = 200 * time.Millisecond
+	procExitDrainPoll  = 50 * time.Millisecond
+	procExitDrainMax   = 10 * time.Second
 )
 
 // procTable owns the background processes of one agent: their records,
@@ -53,7 +58,8 @@ type bgProc struct {
 	info    wire.Process // the immutable part: command, argv, cwd, name, start
 	stdout  *streamLog
 	stderr  *streamLog
-	pipes   []*os.File // read ends of stdout and stderr, closed by their copiers
+	pipes   []*os.File   // read ends of stdout and stderr, closed by their copiers
+	copying atomic.Int32 // copiers holding bytes read but not yet logged
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced whenever something changes
@@ -310,7 +316,9 @@ func (t *procTable) copyOut(p *bgProc, pipe *os.File, l *streamLog, wg *sync.Wai
 	for {
 		n, err := pipe.Read(*bp)
 		if n > 0 {
+			p.copying.Add(1)
 			l.write((*bp)[:n], p.broadcast)
+			p.copying.Add(-1)
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) {
@@ -321,19 +329,17 @@ func (t *procTable) copyOut(p *bgProc, pipe *os.File, l *streamLog, wg *sync.Wai
 	}
 }
 
-// watchExit records the exit once the process's output is drained, or a
-// moment after the exit if a child it left behind still holds the pipes
-// (that output still goes to the log). Until then the process shows as
-// running: whoever sees it exited can read all its output.
+// watchExit records the exit once the process's output is drained, or,
+// if a child it left behind still holds the pipes (that output still goes
+// to the log), once everything written before the exit is in the log.
+// Until then the process shows as running: whoever sees it exited can
+// read all its output.
 func (t *procTable) watchExit(p *bgProc, exited <-chan ExitStatus, copiers *sync.WaitGroup) {
 	st := <-exited
 	ended := time.Now().UTC()
 	drained := make(chan struct{})
 	go func() { copiers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(procExitDrainGrace):
-	}
+	waitCollected(p, drained)
 	p.mu.Lock()
 	p.status = &st
 	p.ended = ended
@@ -345,6 +351,59 @@ func (t *procTable) watchExit(p *bgProc, exited <-chan ExitStatus, copiers *sync
 	p.finished = true
 	p.mu.Unlock()
 	p.broadcast()
+}
+
+// waitCollected returns when drained closes or, after procExitDrainGrace,
+// once the pipes hold no unread bytes, no copier holds bytes it has not
+// logged and the logs did not grow for a poll interval; at the latest
+// after procExitDrainMax. A timer alone is not enough: on a loaded host
+// the copiers can lag the exit by more than any fixed grace, and the
+// process would show exited with its output still in the pipe.
+func waitCollected(p *bgProc, drained <-chan struct{}) {
+	grace := time.NewTimer(procExitDrainGrace)
+	defer grace.Stop()
+	select {
+	case <-drained:
+		return
+	case <-grace.C:
+	}
+	deadline := time.Now().Add(procExitDrainMax)
+	tick := time.NewTicker(procExitDrainPoll)
+	defer tick.Stop()
+	last := int64(-1)
+	for time.Now().Before(deadline) {
+		_, out, _, _ := p.stdout.bounds()
+		_, errs, _, _ := p.stderr.bounds()
+		total := out + errs
+		if total == last && p.copying.Load() == 0 && pipesEmpty(p.pipes) {
+			return
+		}
+		last = total
+		select {
+		case <-drained:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// pipesEmpty reports whether no pipe holds unread bytes (FIONREAD, named
+// TIOCINQ on Linux). A pipe its copier closed counts as empty.
+func pipesEmpty(pipes []*os.File) bool {
+	for _, f := range pipes {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			continue
+		}
+		n := 0
+		if rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }) != nil {
+			continue
+		}
+		if n > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (t *procTable) get(id string) (*bgProc, error) {

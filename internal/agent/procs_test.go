@@ -402,3 +402,44 @@ func FuzzParseLogQuery(f *testing.F) {
 		}
 	})
 }
+
+// TestProcessExitWaitsForUnreadOutput: a process shows exited only when
+// what it wrote is in the log, however late its copier runs. With a fixed
+// grace after the exit, a loaded host showed the exit first
+// (TestProcessLogRotation failed so in a full CI run).
+func TestProcessExitWaitsForUnreadOutput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	p := &bgProc{pipes: []*os.File{r}}
+	if p.stdout, err = newStreamLog(filepath.Join(dir, "out"), 4096, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p.stderr, err = newStreamLog(filepath.Join(dir, "err"), 4096, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("not yet copied\n")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { waitCollected(p, make(chan struct{})); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("the exit was recorded while output sat unread in the pipe")
+	case <-time.After(3 * procExitDrainGrace):
+	}
+	// The copier catches up; a child still holds the write end, so the
+	// pipe never reaches EOF, yet the exit is now recorded.
+	buf := make([]byte, 64)
+	n, err := r.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.stdout.write(buf[:n], func() {})
+	<-done
+}
