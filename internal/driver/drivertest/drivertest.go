@@ -1,9 +1,10 @@
 // Package drivertest is the conformance suite every driver must pass: the
 // contract of driver.Driver and of the optional interfaces a driver
-// implements (Pauser, InstanceLister, EventWatcher), checked through the
-// driver alone, the way the sandbox manager uses it. A driver's own tests
-// call Run with a Harness; the Docker driver runs it on a real engine and
-// the fake driver (internal/driver/fakedriver) in memory.
+// implements (Pauser, InstanceLister, EventWatcher, Statter, Snapshotter),
+// checked through the driver alone, the way the sandbox manager uses it. A
+// driver's own tests call Run with a Harness; the Docker driver runs it on
+// a real engine once per runtime and the fake driver
+// (internal/driver/fakedriver) in memory.
 package drivertest
 
 import (
@@ -21,6 +22,7 @@ import (
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // Harness is the driver under test and how to make specs for it.
@@ -54,6 +56,52 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Events", func(t *testing.T) { t.Parallel(); testEvents(t, h) })
 	t.Run("Image", func(t *testing.T) { t.Parallel(); testImage(t, h) })
 	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, h) })
+	t.Run("Snapshot", func(t *testing.T) { t.Parallel(); testSnapshot(t, h) })
+}
+
+// testSnapshot checks a Snapshotter: a running box's root filesystem,
+// committed, is where a new box (of the same runtime) starts from, with the
+// first box still running; an image in use cannot be removed, an unused
+// one can, and removing it again is no error.
+func testSnapshot(t *testing.T, h Harness) {
+	sn, ok := h.Driver.(driver.Snapshotter)
+	if !ok {
+		t.Skip("the driver cannot snapshot boxes (driver.Snapshotter)")
+	}
+	d, ctx := h.Driver, t.Context()
+	s := spec(t, h, newInstance(t))
+	must(t, "create", d.Create(ctx, s))
+	conn := listen(t, s)
+	must(t, "start", d.Start(ctx, s.ID))
+	waitAgent(t, conn, "after start")
+	const mark = "/hotcell-drivertest-snapshot"
+	must(t, "make a directory in the root filesystem", conn.DoJSON(ctx, "POST", "/v1/fs/mkdir", wire.MkdirRequest{Path: mark}, nil))
+
+	ref := "hotcell/snapshot:drivertest-" + s.ID
+	t.Cleanup(func() { _ = sn.RemoveImage(context.WithoutCancel(ctx), ref) })
+	must(t, "commit", sn.Commit(ctx, s.ID, ref, map[string]string{driver.LabelID: s.ID}))
+	wantState(t, d, s.ID, driver.BoxRunning, "after the commit")
+
+	f := spec(t, h, newInstance(t))
+	f.Image = ref
+	must(t, "create from the snapshot", d.Create(ctx, f))
+	fconn := listen(t, f)
+	must(t, "start the box from the snapshot", d.Start(ctx, f.ID))
+	waitAgent(t, fconn, "after the start from the snapshot")
+	var fi wire.FileInfo
+	if err := fconn.DoJSON(ctx, "GET", "/v1/fs/stat?path="+mark, nil, &fi); err != nil || fi.Type != wire.FileTypeDir {
+		t.Errorf("the box from the snapshot: stat %s: got %+v, %v; want the directory made before the commit", mark, fi, err)
+	}
+	if st := wantState(t, d, f.ID, driver.BoxRunning, "from the snapshot"); h.Runtime != "" && st.Runtime != h.Runtime {
+		t.Errorf("the box from the snapshot: runtime %q, want %q", st.Runtime, h.Runtime)
+	}
+	if err := sn.RemoveImage(ctx, ref); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("remove the image a box runs: got %v, want a conflict", err)
+	}
+	must(t, "destroy", d.Destroy(ctx, f.ID))
+	must(t, "remove the image", sn.RemoveImage(ctx, ref))
+	must(t, "remove the removed image", sn.RemoveImage(ctx, ref))
+	must(t, "destroy", d.Destroy(ctx, s.ID))
 }
 
 // testImage checks Info and Probe of a backend that answers, that the
