@@ -8,6 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/testdaemon"
+	"github.com/hotcell/hotcell/internal/testenv"
 )
 
 // TestE2BControl runs the E2B control-plane calls (create, connect, list,
@@ -111,5 +115,35 @@ func TestE2BControlRoutes(t *testing.T) {
 	}
 	if _, err := d.C.GetSandbox(t.Context(), sb.SandboxID); err == nil {
 		t.Errorf("the killed sandbox is still there")
+	}
+}
+
+// TestE2BDocsExample runs the example of docs/e2b.md, as it is there, on a
+// daemon whose e2b_templates maps base to hotcell/base (the test daemons'
+// default image is busybox, which has no bash).
+func TestE2BDocsExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/e2b.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("e2b/example.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), string(example)) {
+		t.Fatalf("test/e2e/e2b/example.mjs is not the example of docs/e2b.md any more: copy it from there")
+	}
+	image := testenv.BaseImage(t)
+	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{"--e2b-templates", "base=" + image}})
+	t.Cleanup(d.Close)
+	out := runE2BNodeOn(t, d, "example.mjs")
+	for _, want := range []string{"hello from sb-", "\nhi\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the example printed no %q", want)
+		}
+	}
+	list, err := d.C.ListSandboxes(t.Context(), client.ListOptions{})
+	if err != nil || len(list) != 0 {
+		t.Errorf("the example's sandbox was not killed: %v %v", list, err)
 	}
 }
