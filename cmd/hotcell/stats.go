@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -121,6 +122,9 @@ func statsRow(s client.SandboxStats) string {
 		memPct = fmt.Sprintf("%.1f%%", 100*float64(s.Memory.UsageBytes)/float64(s.Memory.LimitBytes))
 	}
 	pids := fmt.Sprint(s.Pids.Current)
+	if slices.Contains(s.Unavailable, "pids.current") {
+		pids = "-" // the runtime cannot count them (gVisor)
+	}
 	if s.Pids.Limit > 0 {
 		pids += fmt.Sprintf(" / %d", s.Pids.Limit)
 	}

@@ -25,6 +25,9 @@ type Stats struct {
 	PidsLimit        int64 // 0: unlimited
 	NetRxBytes       int64 // summed over the box's interfaces
 	NetTxBytes       int64
+	// Unavailable names the counters this box's runtime cannot give (as
+	// wire.SandboxStats.Unavailable); their fields are zero.
+	Unavailable []string
 }
 
 // Statter is implemented by drivers that report resource use. Stats must

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,7 +246,9 @@ func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descCPUSeconds, prometheus.CounterValue, float64(st.CPU.UsageNs)/1e9, id)
 			ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(st.Memory.UsageBytes), id)
 			ch <- prometheus.MustNewConstMetric(descMemoryLimit, prometheus.GaugeValue, float64(st.Memory.LimitBytes), id)
-			ch <- prometheus.MustNewConstMetric(descPids, prometheus.GaugeValue, float64(st.Pids.Current), id)
+			if !slices.Contains(st.Unavailable, "pids.current") {
+				ch <- prometheus.MustNewConstMetric(descPids, prometheus.GaugeValue, float64(st.Pids.Current), id)
+			}
 			ch <- prometheus.MustNewConstMetric(descRx, prometheus.CounterValue, float64(st.Network.RxBytes), id)
 			ch <- prometheus.MustNewConstMetric(descTx, prometheus.CounterValue, float64(st.Network.TxBytes), id)
 		})

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -95,7 +96,7 @@ func TestSamplerFields(t *testing.T) {
 		Pids:    wire.PidsStats{Current: 3, Limit: 50},
 		Network: wire.NetworkStats{RxBytes: 11, TxBytes: 12},
 	}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 	if _, err := s.Sample(t.Context(), wire.Sandbox{ID: "a"}); !errors.Is(err, errdefs.ErrConflict) {

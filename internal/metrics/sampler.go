@@ -63,8 +63,9 @@ func (s *Sampler) Sample(ctx context.Context, sb wire.Sandbox) (wire.SandboxStat
 			UsageBytes: ds.MemoryBytes,
 			LimitBytes: ds.MemoryLimitBytes,
 		},
-		Pids:    wire.PidsStats{Current: ds.Pids, Limit: ds.PidsLimit},
-		Network: wire.NetworkStats{RxBytes: ds.NetRxBytes, TxBytes: ds.NetTxBytes},
+		Pids:        wire.PidsStats{Current: ds.Pids, Limit: ds.PidsLimit},
+		Network:     wire.NetworkStats{RxBytes: ds.NetRxBytes, TxBytes: ds.NetTxBytes},
+		Unavailable: ds.Unavailable,
 	}
 	cur := cpuReading{at: ds.Read, usage: ds.CPUUsageNs}
 	var pre *cpuReading

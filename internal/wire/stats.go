@@ -15,6 +15,11 @@ type SandboxStats struct {
 	// Disk is the workspace's usage; absent when the agent could not be
 	// asked (a paused sandbox) or did not answer in time.
 	Disk *DiskUsage `json:"disk,omitempty"`
+	// Unavailable names the counters the sandbox's runtime cannot give,
+	// as "pids.current"; each such field is 0, not a reading. Under gVisor
+	// the host sees gVisor's kernel, not the sandbox's processes, so the
+	// pids counters are unavailable (docs/security.md, "Runtimes").
+	Unavailable []string `json:"unavailable,omitempty"`
 }
 
 // CPUStats is CPU use; 100 percent is one core fully busy.

@@ -80,6 +80,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if hostCfg.Runtime, err = d.engineRuntime(spec.Runtime); err != nil {
 		return err
 	}
+	if d.isGVisor(hostCfg.Runtime) {
+		gvisorResources(&hostCfg.Resources)
+	}
 	var diskMount mount.Mount
 	var onDisk bool
 	if spec.Persist {

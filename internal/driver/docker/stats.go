@@ -52,7 +52,11 @@ func (d *Driver) engineStats(ctx context.Context, id string) (driver.Stats, erro
 		// The engine answers a stopped container with an empty reading.
 		return driver.Stats{}, fmt.Errorf("stats of container %s: it is not running: %w", name, errdefs.ErrConflict)
 	}
-	return convertStats(s), nil
+	st := convertStats(s)
+	if ci, err := d.c.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil && ci.Container.HostConfig != nil && d.isGVisor(ci.Container.HostConfig.Runtime) {
+		st.Pids, st.PidsLimit, st.Unavailable = 0, 0, UnavailableGVisor
+	}
+	return st, nil
 }
 
 func convertStats(s container.StatsResponse) driver.Stats {

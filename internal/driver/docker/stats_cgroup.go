@@ -50,6 +50,9 @@ type cgroupBox struct {
 	pids    string
 	usedAt  time.Time
 	limitOK bool
+	// gvisor: the cgroup holds gVisor's kernel, whose host tasks are not
+	// the sandbox's processes (gvisor.go).
+	gvisor bool
 }
 
 func newCgroupReader() *cgroupReader {
@@ -142,6 +145,9 @@ func (d *Driver) locate(ctx context.Context, r *cgroupReader, id string) (*cgrou
 		r.disabled = true
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%w: %v", errNoCgroup, err)
+	}
+	if hc := res.Container.HostConfig; hc != nil {
+		b.gvisor = d.isGVisor(hc.Runtime)
 	}
 	return b, nil
 }
@@ -239,6 +245,9 @@ func (r *cgroupReader) read(b *cgroupBox) (driver.Stats, error) {
 	st.Pids = clampInt(pids)
 	if v, err := strconv.ParseInt(readString(filepath.Join(b.pids, "pids.max")), 10, 64); err == nil {
 		st.PidsLimit = v // "max" (unlimited) stays 0
+	}
+	if b.gvisor {
+		st.Pids, st.PidsLimit, st.Unavailable = 0, 0, UnavailableGVisor
 	}
 	if st.NetRxBytes, st.NetTxBytes, err = readNetDev(filepath.Join(r.proc, strconv.Itoa(b.pid), "net", "dev")); err != nil {
 		return st, err
