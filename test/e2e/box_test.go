@@ -100,28 +100,30 @@ func TestStopStartKeepsState(t *testing.T) {
 // TestDaemonRestartKeepsSandboxes: a daemon restart, even SIGKILL, loses no
 // sandbox and no running process.
 func TestDaemonRestartKeepsSandboxes(t *testing.T) {
-	d := testdaemon.Start(t)
-	t.Cleanup(d.Close)
-	sb := newSandbox(t, d, client.CreateSandboxRequest{})
-	mustOK(t, run(t, d, sb.ID, "sleep 1000 >/dev/null 2>&1 &"), "start background process")
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		d.Stop(sig)
-		d.Restart()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			res, err := d.C.Exec(t.Context(), sb.ID, client.ExecRequest{Command: "ps -o args | grep -c '^sleep 1000'"})
-			if err == nil {
-				if strings.TrimSpace(res.Stdout) != "1" {
-					t.Fatalf("after %v: background process gone: %q", sig, res.Stdout)
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		d := testdaemon.Start(t)
+		t.Cleanup(d.Close)
+		sb := newSandbox(t, d, client.CreateSandboxRequest{Runtime: rt})
+		mustOK(t, run(t, d, sb.ID, "sleep 1000 >/dev/null 2>&1 &"), "start background process")
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+			d.Stop(sig)
+			d.Restart()
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				res, err := d.C.Exec(t.Context(), sb.ID, client.ExecRequest{Command: "ps -o args | grep -c '^sleep 1000'"})
+				if err == nil {
+					if strings.TrimSpace(res.Stdout) != "1" {
+						t.Fatalf("after %v: background process gone: %q", sig, res.Stdout)
+					}
+					break
 				}
-				break
+				if time.Now().After(deadline) {
+					t.Fatalf("after %v: exec did not work within 20s: %v\n%s", sig, err, d.Logs())
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after %v: exec did not work within 20s: %v\n%s", sig, err, d.Logs())
-			}
-			time.Sleep(100 * time.Millisecond)
 		}
-	}
+	})
 }
 
 // TestRepoAndSetup clones a local bare repository at a ref, then runs the

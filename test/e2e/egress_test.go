@@ -326,230 +326,233 @@ func freePort(t *testing.T) int {
 // TestEgress drives the three modes end to end on real Docker and a test
 // internet, through the public API.
 func TestEgress(t *testing.T) {
-	testenv.RequireDocker(t)
-	testenv.RequireRoot(t, "egress tests make network namespaces and read iptables")
-	in := newInternet(t)
-	up := newUpstream(t, map[string]netip.Addr{
-		"allowed.test":  in.allowed,
-		"other.test":    in.other,
-		"www.pkg.test":  in.allowed,
-		"resolver.test": in.resolver,
-	})
-	// The API listens on every interface, so a sandbox could reach it
-	// through the gateway address if the rules let it.
-	apiPort := freePort(t)
-	d := testdaemon.StartWith(t, testdaemon.Options{
-		Listen: fmt.Sprintf("0.0.0.0:%d", apiPort),
-		Args:   []string{"--egress-dns-upstream", up.addr},
-	})
-	t.Cleanup(d.Close)
-	ctx := t.Context()
-	gateway := d.EgressSubnet.Addr().Next()
-	before := rules(t, d.EgressNetwork, d.EgressSubnet)
-	if len(before) == 0 {
-		t.Fatalf("no base rules for %s after daemon start\n%s", d.EgressNetwork, d.Logs())
-	}
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		testenv.RequireDocker(t)
+		testenv.RequireRoot(t, "egress tests make network namespaces and read iptables")
+		in := newInternet(t)
+		up := newUpstream(t, map[string]netip.Addr{
+			"allowed.test":  in.allowed,
+			"other.test":    in.other,
+			"www.pkg.test":  in.allowed,
+			"resolver.test": in.resolver,
+		})
+		// The API listens on every interface, so a sandbox could reach it
+		// through the gateway address if the rules let it.
+		apiPort := freePort(t)
+		d := testdaemon.StartWith(t, testdaemon.Options{
+			Listen: fmt.Sprintf("0.0.0.0:%d", apiPort),
+			Args:   []string{"--egress-dns-upstream", up.addr},
+		})
+		t.Cleanup(d.Close)
+		ctx := t.Context()
+		gateway := d.EgressSubnet.Addr().Next()
+		before := rules(t, d.EgressNetwork, d.EgressSubnet)
+		if len(before) == 0 {
+			t.Fatalf("no base rules for %s after daemon start\n%s", d.EgressNetwork, d.Logs())
+		}
 
-	mk := func(p *client.EgressPolicy) client.Sandbox {
-		t.Helper()
-		sb, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Egress: p})
+		mk := func(p *client.EgressPolicy) client.Sandbox {
+			t.Helper()
+			sb, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Runtime: rt, Egress: p})
+			if err != nil {
+				t.Fatalf("create sandbox: %v\n%s", err, d.Logs())
+			}
+			return sb
+		}
+		a := mk(&client.EgressPolicy{Allow: []string{"allowed.test", "*.pkg.test:80"}})
+		b := mk(&client.EgressPolicy{Mode: client.EgressOpen})
+		n := mk(&client.EgressPolicy{Mode: client.EgressNone})
+		if a.Egress == nil || a.Egress.Mode != client.EgressAllowlist || b.Egress.Mode != client.EgressOpen || n.Egress.Mode != client.EgressNone {
+			t.Fatalf("policies on create: %+v %+v %+v", a.Egress, b.Egress, n.Egress)
+		}
+		if got, err := d.C.GetSandbox(ctx, a.ID); err != nil || got.Egress == nil || len(got.Egress.Allow) != 2 {
+			t.Fatalf("get shows policy: %+v, %v", got.Egress, err)
+		}
+
+		connect := func(id, host string, port int) string {
+			t.Helper()
+			return run(t, d, id, fmt.Sprintf("timeout 5 nc %s %d </dev/null 2>&1; true", host, port)).Stdout
+		}
+		reaches := func(id, host string, port int) bool {
+			t.Helper()
+			return strings.Contains(connect(id, host, port), "hello from")
+		}
+		resolves := func(id, name string) string {
+			t.Helper()
+			return run(t, d, id, "timeout 5 nslookup "+name+" 2>&1; true").Stdout
+		}
+
+		// An allowlisted name resolves and connects; the wildcard too.
+		if out := resolves(a.ID, "allowed.test"); !strings.Contains(out, in.allowed.String()) {
+			t.Fatalf("allowlisted name does not resolve: %s", out)
+		}
+		if !reaches(a.ID, "allowed.test", 80) {
+			t.Fatalf("allowlisted name does not connect: %s", connect(a.ID, "allowed.test", 80))
+		}
+		if !reaches(a.ID, "www.pkg.test", 80) {
+			t.Fatalf("wildcard name does not connect")
+		}
+		// A name not on the list does not resolve and is never forwarded.
+		for len(up.asked) > 0 {
+			<-up.asked
+		}
+		if out := resolves(a.ID, "other.test"); strings.Contains(out, in.other.String()) {
+			t.Fatalf("non-listed name resolved: %s", out)
+		}
+		if up.wasAsked("other.test") {
+			t.Error("the resolver forwarded a name not on the allowlist")
+		}
+		// A direct connect to an address not allowed fails; allowing it at
+		// runtime lets it through.
+		if reaches(a.ID, in.other.String(), 80) {
+			t.Fatal("connect to a non-allowed address succeeded")
+		}
+		st, err := d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Allow: []string{"allowed.test", "*.pkg.test:80", in.other.String()}})
+		if err != nil || !st.Enforced {
+			t.Fatalf("set egress: %+v, %v", st, err)
+		}
+		if !reaches(a.ID, in.other.String(), 80) {
+			t.Fatal("connect to a newly allowed address failed")
+		}
+
+		// Another sandbox: b listens on 8080, reachable from the host, not from a.
+		if _, err := d.C.StartProcess(ctx, b.ID, client.StartProcessRequest{Command: "nc -ll -p 8080 -e /bin/echo hello from b"}); err != nil {
+			t.Fatalf("start listener in b: %v", err)
+		}
+		bst, err := d.C.Egress(ctx, b.ID)
+		if err != nil || bst.Address == "" {
+			t.Fatalf("egress of b: %+v, %v", bst, err)
+		}
+		var hostSeesB bool
+		for i := 0; i < 50 && !hostSeesB; i++ {
+			got, _ := hostDial(net.JoinHostPort(bst.Address, "8080"))
+			hostSeesB = strings.Contains(got, "hello from b")
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !hostSeesB {
+			t.Fatal("the host cannot reach sandbox b's listener; the next check would prove nothing")
+		}
+		if out := connect(a.ID, bst.Address, 8080); strings.Contains(out, "hello") {
+			t.Error("sandbox a reached sandbox b")
+		}
+		// The daemon's API port on the host, through the gateway address.
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(gateway.String(), fmt.Sprint(apiPort)), 3*time.Second); err != nil {
+			t.Fatalf("the host cannot reach the API on the gateway address (%v); the next check would prove nothing", err)
+		} else {
+			c.Close()
+		}
+		for _, id := range []string{a.ID, b.ID} {
+			out := run(t, d, id, fmt.Sprintf("timeout 5 wget -q -O- http://%s:%d/healthz 2>&1; echo rc=$?", gateway, apiPort)).Stdout
+			if strings.Contains(out, "ok") && strings.Contains(out, "true") {
+				t.Errorf("sandbox %s reached the daemon API: %s", id, out)
+			}
+		}
+		// The metadata address (owned by the test internet) from allowlist and open.
+		for _, id := range []string{a.ID, b.ID} {
+			if reaches(id, in.metadata.String(), 80) {
+				t.Errorf("sandbox %s reached the metadata address", id)
+			}
+		}
+		// DNS to another resolver is dropped: nothing arrives there.
+		run(t, d, a.ID, "timeout 5 nslookup allowed.test "+in.resolver.String()+" >/dev/null 2>&1; true")
+		if b, _ := os.ReadFile(in.udpLog); len(b) > 0 {
+			t.Errorf("a DNS query reached another resolver: %s", b)
+		}
+
+		// Open reaches the test hosts and resolves any name; none has no route.
+		if !reaches(b.ID, in.other.String(), 80) || !reaches(b.ID, "other.test", 80) {
+			t.Error("the open sandbox does not reach the test internet")
+		}
+		if out := run(t, d, n.ID, "ip -4 route | grep -v ' dev lo '; ip -4 addr | grep -c inet").Stdout; strings.TrimSpace(out) != "1" {
+			// Routes through lo are loopback's own (gVisor lists the local table too).
+			t.Errorf("mode none: routes and addresses %q, want loopback only", out)
+		}
+		if reaches(n.ID, in.allowed.String(), 80) {
+			t.Error("the none sandbox connected out")
+		}
+
+		// The denied attempts appear in the counters.
+		st, err = d.C.Egress(ctx, a.ID)
 		if err != nil {
-			t.Fatalf("create sandbox: %v\n%s", err, d.Logs())
-		}
-		return sb
-	}
-	a := mk(&client.EgressPolicy{Allow: []string{"allowed.test", "*.pkg.test:80"}})
-	b := mk(&client.EgressPolicy{Mode: client.EgressOpen})
-	n := mk(&client.EgressPolicy{Mode: client.EgressNone})
-	if a.Egress == nil || a.Egress.Mode != client.EgressAllowlist || b.Egress.Mode != client.EgressOpen || n.Egress.Mode != client.EgressNone {
-		t.Fatalf("policies on create: %+v %+v %+v", a.Egress, b.Egress, n.Egress)
-	}
-	if got, err := d.C.GetSandbox(ctx, a.ID); err != nil || got.Egress == nil || len(got.Egress.Allow) != 2 {
-		t.Fatalf("get shows policy: %+v, %v", got.Egress, err)
-	}
-
-	connect := func(id, host string, port int) string {
-		t.Helper()
-		return run(t, d, id, fmt.Sprintf("timeout 5 nc %s %d </dev/null 2>&1; true", host, port)).Stdout
-	}
-	reaches := func(id, host string, port int) bool {
-		t.Helper()
-		return strings.Contains(connect(id, host, port), "hello from")
-	}
-	resolves := func(id, name string) string {
-		t.Helper()
-		return run(t, d, id, "timeout 5 nslookup "+name+" 2>&1; true").Stdout
-	}
-
-	// An allowlisted name resolves and connects; the wildcard too.
-	if out := resolves(a.ID, "allowed.test"); !strings.Contains(out, in.allowed.String()) {
-		t.Fatalf("allowlisted name does not resolve: %s", out)
-	}
-	if !reaches(a.ID, "allowed.test", 80) {
-		t.Fatalf("allowlisted name does not connect: %s", connect(a.ID, "allowed.test", 80))
-	}
-	if !reaches(a.ID, "www.pkg.test", 80) {
-		t.Fatalf("wildcard name does not connect")
-	}
-	// A name not on the list does not resolve and is never forwarded.
-	for len(up.asked) > 0 {
-		<-up.asked
-	}
-	if out := resolves(a.ID, "other.test"); strings.Contains(out, in.other.String()) {
-		t.Fatalf("non-listed name resolved: %s", out)
-	}
-	if up.wasAsked("other.test") {
-		t.Error("the resolver forwarded a name not on the allowlist")
-	}
-	// A direct connect to an address not allowed fails; allowing it at
-	// runtime lets it through.
-	if reaches(a.ID, in.other.String(), 80) {
-		t.Fatal("connect to a non-allowed address succeeded")
-	}
-	st, err := d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Allow: []string{"allowed.test", "*.pkg.test:80", in.other.String()}})
-	if err != nil || !st.Enforced {
-		t.Fatalf("set egress: %+v, %v", st, err)
-	}
-	if !reaches(a.ID, in.other.String(), 80) {
-		t.Fatal("connect to a newly allowed address failed")
-	}
-
-	// Another sandbox: b listens on 8080, reachable from the host, not from a.
-	if _, err := d.C.StartProcess(ctx, b.ID, client.StartProcessRequest{Command: "nc -ll -p 8080 -e /bin/echo hello from b"}); err != nil {
-		t.Fatalf("start listener in b: %v", err)
-	}
-	bst, err := d.C.Egress(ctx, b.ID)
-	if err != nil || bst.Address == "" {
-		t.Fatalf("egress of b: %+v, %v", bst, err)
-	}
-	var hostSeesB bool
-	for i := 0; i < 50 && !hostSeesB; i++ {
-		got, _ := hostDial(net.JoinHostPort(bst.Address, "8080"))
-		hostSeesB = strings.Contains(got, "hello from b")
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !hostSeesB {
-		t.Fatal("the host cannot reach sandbox b's listener; the next check would prove nothing")
-	}
-	if out := connect(a.ID, bst.Address, 8080); strings.Contains(out, "hello") {
-		t.Error("sandbox a reached sandbox b")
-	}
-	// The daemon's API port on the host, through the gateway address.
-	if c, err := net.DialTimeout("tcp", net.JoinHostPort(gateway.String(), fmt.Sprint(apiPort)), 3*time.Second); err != nil {
-		t.Fatalf("the host cannot reach the API on the gateway address (%v); the next check would prove nothing", err)
-	} else {
-		c.Close()
-	}
-	for _, id := range []string{a.ID, b.ID} {
-		out := run(t, d, id, fmt.Sprintf("timeout 5 wget -q -O- http://%s:%d/healthz 2>&1; echo rc=$?", gateway, apiPort)).Stdout
-		if strings.Contains(out, "ok") && strings.Contains(out, "true") {
-			t.Errorf("sandbox %s reached the daemon API: %s", id, out)
-		}
-	}
-	// The metadata address (owned by the test internet) from allowlist and open.
-	for _, id := range []string{a.ID, b.ID} {
-		if reaches(id, in.metadata.String(), 80) {
-			t.Errorf("sandbox %s reached the metadata address", id)
-		}
-	}
-	// DNS to another resolver is dropped: nothing arrives there.
-	run(t, d, a.ID, "timeout 5 nslookup allowed.test "+in.resolver.String()+" >/dev/null 2>&1; true")
-	if b, _ := os.ReadFile(in.udpLog); len(b) > 0 {
-		t.Errorf("a DNS query reached another resolver: %s", b)
-	}
-
-	// Open reaches the test hosts and resolves any name; none has no route.
-	if !reaches(b.ID, in.other.String(), 80) || !reaches(b.ID, "other.test", 80) {
-		t.Error("the open sandbox does not reach the test internet")
-	}
-	if out := run(t, d, n.ID, "ip -4 route; ip -4 addr | grep -c inet").Stdout; strings.TrimSpace(out) != "1" {
-		t.Errorf("mode none: routes and addresses %q, want loopback only", out)
-	}
-	if reaches(n.ID, in.allowed.String(), 80) {
-		t.Error("the none sandbox connected out")
-	}
-
-	// The denied attempts appear in the counters.
-	st, err = d.C.Egress(ctx, a.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.DroppedPackets == 0 || st.RefusedQueries == 0 {
-		t.Errorf("counters: dropped %d, refused %d; want both > 0", st.DroppedPackets, st.RefusedQueries)
-	}
-	var sawName bool
-	for _, dn := range st.Denied {
-		sawName = sawName || (dn.Kind == client.EgressDenialDNS && dn.Name == "other.test")
-	}
-	if !sawName {
-		t.Errorf("denied log %+v lacks the refused name other.test", st.Denied)
-	}
-	if len(st.Resolved) == 0 {
-		t.Errorf("no resolved addresses recorded: %+v", st)
-	}
-
-	// Bad input and wrong states.
-	_, err = d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Allow: []string{"ok.test", "a.*.com"}})
-	wantEgressErr(t, err, http.StatusBadRequest, "egress.allow[1]")
-	_, err = d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Mode: "closed"})
-	wantEgressErr(t, err, http.StatusBadRequest, "egress.mode")
-	_, err = d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Allow: []string{"10.0.0.0/40"}})
-	wantEgressErr(t, err, http.StatusBadRequest, "egress.allow[0]")
-	_, err = d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Allow: []string{"api.test:70000"}})
-	wantEgressErr(t, err, http.StatusBadRequest, "egress.allow[0]")
-	_, err = d.C.SetEgress(ctx, "sb-000000000000", client.EgressPolicy{Mode: "open"})
-	wantEgressErr(t, err, http.StatusNotFound, "")
-	_, err = d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Egress: &client.EgressPolicy{Allow: []string{"*"}}})
-	wantEgressErr(t, err, http.StatusBadRequest, "egress.allow[0]")
-	// The bad requests changed nothing.
-	if !reaches(a.ID, in.other.String(), 80) {
-		t.Error("a rejected policy change altered the rules in force")
-	}
-
-	// Rules survive the daemon's death and its restart.
-	d.Stop(syscall.SIGKILL)
-	if reaches := strings.Contains(runDocker(t, a.ID, in.resolver), "hello"); reaches {
-		t.Error("with the daemon dead, sandbox a reached a non-allowed address")
-	}
-	d.Restart()
-	if !reaches(a.ID, "allowed.test", 80) {
-		t.Errorf("after restart, the allowlisted name does not connect\n%s", d.Logs())
-	}
-	if reaches(a.ID, in.resolver.String(), 80) {
-		t.Error("after restart, sandbox a reached a non-allowed address")
-	}
-
-	// Stopped: 409; running again: the policy is back.
-	if _, err := d.C.StopSandbox(ctx, b.ID); err != nil {
-		t.Fatal(err)
-	}
-	_, err = d.C.SetEgress(ctx, b.ID, client.EgressPolicy{Mode: client.EgressNone})
-	wantEgressErr(t, err, http.StatusConflict, "")
-
-	// Mode changes on a running sandbox: none cuts it off, open restores.
-	if _, err := d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Mode: client.EgressNone}); err != nil {
-		t.Fatal(err)
-	}
-	if reaches(a.ID, "allowed.test", 80) || reaches(a.ID, in.allowed.String(), 80) {
-		t.Error("after switching to none, the sandbox connected out")
-	}
-	if _, err := d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Mode: client.EgressOpen}); err != nil {
-		t.Fatal(err)
-	}
-	if !reaches(a.ID, in.resolver.String(), 80) {
-		t.Error("after switching to open, the sandbox does not connect out")
-	}
-
-	// Destroy removes every rule the sandboxes had.
-	for _, id := range []string{a.ID, b.ID, n.ID} {
-		if err := d.C.DeleteSandbox(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-	}
-	after := rules(t, d.EgressNetwork, d.EgressSubnet)
-	if strings.Join(before, "\n") != strings.Join(after, "\n") {
-		t.Errorf("rules after destroy differ from before:\nbefore:\n%s\nafter:\n%s", strings.Join(before, "\n"), strings.Join(after, "\n"))
-	}
+		if st.DroppedPackets == 0 || st.RefusedQueries == 0 {
+			t.Errorf("counters: dropped %d, refused %d; want both > 0", st.DroppedPackets, st.RefusedQueries)
+		}
+		var sawName bool
+		for _, dn := range st.Denied {
+			sawName = sawName || (dn.Kind == client.EgressDenialDNS && dn.Name == "other.test")
+		}
+		if !sawName {
+			t.Errorf("denied log %+v lacks the refused name other.test", st.Denied)
+		}
+		if len(st.Resolved) == 0 {
+			t.Errorf("no resolved addresses recorded: %+v", st)
+		}
+
+		// Bad input and wrong states.
+		_, err = d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Allow: []string{"ok.test", "a.*.com"}})
+		wantEgressErr(t, err, http.StatusBadRequest, "egress.allow[1]")
+		_, err = d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Mode: "closed"})
+		wantEgressErr(t, err, http.StatusBadRequest, "egress.mode")
+		_, err = d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Allow: []string{"10.0.0.0/40"}})
+		wantEgressErr(t, err, http.StatusBadRequest, "egress.allow[0]")
+		_, err = d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Allow: []string{"api.test:70000"}})
+		wantEgressErr(t, err, http.StatusBadRequest, "egress.allow[0]")
+		_, err = d.C.SetEgress(ctx, "sb-000000000000", client.EgressPolicy{Mode: "open"})
+		wantEgressErr(t, err, http.StatusNotFound, "")
+		_, err = d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Runtime: rt, Egress: &client.EgressPolicy{Allow: []string{"*"}}})
+		wantEgressErr(t, err, http.StatusBadRequest, "egress.allow[0]")
+		// The bad requests changed nothing.
+		if !reaches(a.ID, in.other.String(), 80) {
+			t.Error("a rejected policy change altered the rules in force")
+		}
+
+		// Rules survive the daemon's death and its restart.
+		d.Stop(syscall.SIGKILL)
+		if reaches := strings.Contains(runDocker(t, a.ID, in.resolver), "hello"); reaches {
+			t.Error("with the daemon dead, sandbox a reached a non-allowed address")
+		}
+		d.Restart()
+		if !reaches(a.ID, "allowed.test", 80) {
+			t.Errorf("after restart, the allowlisted name does not connect\n%s", d.Logs())
+		}
+		if reaches(a.ID, in.resolver.String(), 80) {
+			t.Error("after restart, sandbox a reached a non-allowed address")
+		}
+
+		// Stopped: 409; running again: the policy is back.
+		if _, err := d.C.StopSandbox(ctx, b.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.C.SetEgress(ctx, b.ID, client.EgressPolicy{Mode: client.EgressNone})
+		wantEgressErr(t, err, http.StatusConflict, "")
+
+		// Mode changes on a running sandbox: none cuts it off, open restores.
+		if _, err := d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Mode: client.EgressNone}); err != nil {
+			t.Fatal(err)
+		}
+		if reaches(a.ID, "allowed.test", 80) || reaches(a.ID, in.allowed.String(), 80) {
+			t.Error("after switching to none, the sandbox connected out")
+		}
+		if _, err := d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Mode: client.EgressOpen}); err != nil {
+			t.Fatal(err)
+		}
+		if !reaches(a.ID, in.resolver.String(), 80) {
+			t.Error("after switching to open, the sandbox does not connect out")
+		}
+
+		// Destroy removes every rule the sandboxes had.
+		for _, id := range []string{a.ID, b.ID, n.ID} {
+			if err := d.C.DeleteSandbox(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after := rules(t, d.EgressNetwork, d.EgressSubnet)
+		if strings.Join(before, "\n") != strings.Join(after, "\n") {
+			t.Errorf("rules after destroy differ from before:\nbefore:\n%s\nafter:\n%s", strings.Join(before, "\n"), strings.Join(after, "\n"))
+		}
+	})
 }
 
 // runDocker connects from the sandbox's box with docker exec, for when the

@@ -42,89 +42,91 @@ func TestLargeFiles(t *testing.T) {
 func sha(b []byte) []byte { s := sha256.Sum256(b); return s[:] }
 
 func TestFileEdges(t *testing.T) {
-	d := sharedDaemon(t)
-	sb := newSandbox(t, d, client.CreateSandboxRequest{})
-	ctx := t.Context()
-	write := func(p, s string, mode uint32) error {
-		_, err := d.C.WriteFile(ctx, sb.ID, p, strings.NewReader(s), fs.FileMode(mode))
-		return err
-	}
-	read := func(p string, rng *client.RangeOptions) string {
-		t.Helper()
-		rc, err := d.C.ReadFile(ctx, sb.ID, p, rng)
-		if err != nil {
-			t.Fatalf("read %s: %v", p, err)
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		d := sharedDaemon(t)
+		sb := newSandbox(t, d, client.CreateSandboxRequest{Runtime: rt})
+		ctx := t.Context()
+		write := func(p, s string, mode uint32) error {
+			_, err := d.C.WriteFile(ctx, sb.ID, p, strings.NewReader(s), fs.FileMode(mode))
+			return err
 		}
-		defer rc.Close()
-		b, _ := io.ReadAll(rc)
-		return string(b)
-	}
+		read := func(p string, rng *client.RangeOptions) string {
+			t.Helper()
+			rc, err := d.C.ReadFile(ctx, sb.ID, p, rng)
+			if err != nil {
+				t.Fatalf("read %s: %v", p, err)
+			}
+			defer rc.Close()
+			b, _ := io.ReadAll(rc)
+			return string(b)
+		}
 
-	if err := write("deep/er/file.txt", "0123456789", 0o755); err != nil {
-		t.Fatalf("write with parents: %v", err)
-	}
-	if got := read("deep/er/file.txt", &client.RangeOptions{Offset: 2, Length: 3}); got != "234" {
-		t.Errorf("range read: got %q, want %q", got, "234")
-	}
-	if st, _ := d.C.Stat(ctx, sb.ID, "deep/er/file.txt"); st.Mode != 0o755 {
-		t.Errorf("mode: got %s, want 0755", st.Mode)
-	}
-	// Writing onto a directory is refused and changes nothing.
-	wantStatus(t, write("deep/er", "x", 0), http.StatusBadRequest, "write onto a directory")
-	if st, err := d.C.Stat(ctx, sb.ID, "deep/er"); err != nil || st.Type != client.FileTypeDir {
-		t.Errorf("directory after refused write: %+v, %v", st, err)
-	}
-	// Reading a directory, mkdir onto a file: clear 4xx.
-	rc, err := d.C.ReadFile(ctx, sb.ID, "deep", nil)
-	if err == nil {
-		rc.Close()
-	}
-	wantStatus(t, err, http.StatusBadRequest, "read of a directory")
-	_, err = d.C.Mkdir(ctx, sb.ID, client.MkdirRequest{Path: "deep/er/file.txt"})
-	wantStatus(t, err, http.StatusConflict, "mkdir onto a file")
-	_, err = d.C.Stat(ctx, sb.ID, "nope")
-	wantStatus(t, err, http.StatusNotFound, "stat of a missing file")
+		if err := write("deep/er/file.txt", "0123456789", 0o755); err != nil {
+			t.Fatalf("write with parents: %v", err)
+		}
+		if got := read("deep/er/file.txt", &client.RangeOptions{Offset: 2, Length: 3}); got != "234" {
+			t.Errorf("range read: got %q, want %q", got, "234")
+		}
+		if st, _ := d.C.Stat(ctx, sb.ID, "deep/er/file.txt"); st.Mode != 0o755 {
+			t.Errorf("mode: got %s, want 0755", st.Mode)
+		}
+		// Writing onto a directory is refused and changes nothing.
+		wantStatus(t, write("deep/er", "x", 0), http.StatusBadRequest, "write onto a directory")
+		if st, err := d.C.Stat(ctx, sb.ID, "deep/er"); err != nil || st.Type != client.FileTypeDir {
+			t.Errorf("directory after refused write: %+v, %v", st, err)
+		}
+		// Reading a directory, mkdir onto a file: clear 4xx.
+		rc, err := d.C.ReadFile(ctx, sb.ID, "deep", nil)
+		if err == nil {
+			rc.Close()
+		}
+		wantStatus(t, err, http.StatusBadRequest, "read of a directory")
+		_, err = d.C.Mkdir(ctx, sb.ID, client.MkdirRequest{Path: "deep/er/file.txt"})
+		wantStatus(t, err, http.StatusConflict, "mkdir onto a file")
+		_, err = d.C.Stat(ctx, sb.ID, "nope")
+		wantStatus(t, err, http.StatusNotFound, "stat of a missing file")
 
-	// A write that fails half-way leaves the old file intact.
-	if err := write("keep.txt", "old content", 0); err != nil {
-		t.Fatal(err)
-	}
-	_, err = d.C.WriteFile(ctx, sb.ID, "keep.txt", io.MultiReader(strings.NewReader("new partial"), failingReader{}), 0)
-	if err == nil {
-		t.Fatal("a write whose body failed succeeded")
-	}
-	if got := read("keep.txt", nil); got != "old content" {
-		t.Fatalf("after a failed write: got %q, want the old content", got)
-	}
-	// The daemon answers the client as soon as the upload fails; the agent
-	// removes its temp file when it sees the stream end, a moment later.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		list, err := d.C.ListDir(ctx, sb.ID, "/workspace")
-		if err != nil {
+		// A write that fails half-way leaves the old file intact.
+		if err := write("keep.txt", "old content", 0); err != nil {
 			t.Fatal(err)
 		}
-		var left []string
-		for _, e := range list.Entries {
-			if strings.Contains(e.Name, "tmp") {
-				left = append(left, e.Name)
+		_, err = d.C.WriteFile(ctx, sb.ID, "keep.txt", io.MultiReader(strings.NewReader("new partial"), failingReader{}), 0)
+		if err == nil {
+			t.Fatal("a write whose body failed succeeded")
+		}
+		if got := read("keep.txt", nil); got != "old content" {
+			t.Fatalf("after a failed write: got %q, want the old content", got)
+		}
+		// The daemon answers the client as soon as the upload fails; the agent
+		// removes its temp file when it sees the stream end, a moment later.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			list, err := d.C.ListDir(ctx, sb.ID, "/workspace")
+			if err != nil {
+				t.Fatal(err)
 			}
+			var left []string
+			for _, e := range list.Entries {
+				if strings.Contains(e.Name, "tmp") {
+					left = append(left, e.Name)
+				}
+			}
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("temp files left behind 5s after a failed write: %v", left)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("temp files left behind 5s after a failed write: %v", left)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 
-	// Symlinks are listed with their target.
-	mustOK(t, run(t, d, sb.ID, "ln -s keep.txt link"), "ln")
-	st, err := d.C.Stat(ctx, sb.ID, "link")
-	if err != nil || st.Type != client.FileTypeSymlink || st.LinkTarget != "keep.txt" {
-		t.Errorf("stat of symlink: %+v, %v", st, err)
-	}
+		// Symlinks are listed with their target.
+		mustOK(t, run(t, d, sb.ID, "ln -s keep.txt link"), "ln")
+		st, err := d.C.Stat(ctx, sb.ID, "link")
+		if err != nil || st.Type != client.FileTypeSymlink || st.LinkTarget != "keep.txt" {
+			t.Errorf("stat of symlink: %+v, %v", st, err)
+		}
+	})
 }
 
 type failingReader struct{}

@@ -60,129 +60,131 @@ func startBackground(t *testing.T, d *testdaemon.Daemon, id, command string) {
 }
 
 func TestPortsPreviewAndTunnel(t *testing.T) {
-	d := sharedDaemon(t)
-	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t)})
-	id := sb.ID
-	ctx := t.Context()
-	_, daemonPort, _ := net.SplitHostPort(d.Addr)
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		d := sharedDaemon(t)
+		sb := newSandbox(t, d, client.CreateSandboxRequest{Runtime: rt, Image: testenv.BaseImage(t)})
+		id := sb.ID
+		ctx := t.Context()
+		_, daemonPort, _ := net.SplitHostPort(d.Addr)
 
-	mustOK(t, run(t, d, id, "mkdir -p /workspace/site && printf 'hello preview\\n' > /workspace/site/index.html"), "write site")
-	startBackground(t, d, id, "python3 -m http.server 8000 --bind 127.0.0.1 --directory /workspace/site")
-	res, err := d.C.WaitPort(ctx, id, 8000, 30*time.Second)
-	if err != nil || !res.Ready {
-		t.Fatalf("wait for the dev server: %+v, %v", res, err)
-	}
-
-	hc := loopbackClient(d)
-	bearer := map[string]string{"Authorization": "Bearer " + apiToken(t, d)}
-	pathURL := "http://" + d.Addr + "/v1/sandboxes/" + id + "/ports/8000/http/index.html"
-	hostURL := "http://8000-" + id + ".preview.localhost:" + daemonPort + "/index.html"
-
-	t.Run("by path with the API token", func(t *testing.T) {
-		code, body, _ := get(t, hc, pathURL, bearer)
-		if code != 200 || body != "hello preview\n" {
-			t.Fatalf("got %d %q", code, body)
+		mustOK(t, run(t, d, id, "mkdir -p /workspace/site && printf 'hello preview\\n' > /workspace/site/index.html"), "write site")
+		startBackground(t, d, id, "python3 -m http.server 8000 --bind 127.0.0.1 --directory /workspace/site")
+		res, err := d.C.WaitPort(ctx, id, 8000, 30*time.Second)
+		if err != nil || !res.Ready {
+			t.Fatalf("wait for the dev server: %+v, %v", res, err)
 		}
-	})
-	t.Run("by host name with the API token", func(t *testing.T) {
-		code, body, _ := get(t, hc, hostURL, bearer)
-		if code != 200 || body != "hello preview\n" {
-			t.Fatalf("got %d %q", code, body)
-		}
-	})
 
-	pv, err := d.C.PreviewURL(ctx, id, 8000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pv.Token == "" || !strings.HasPrefix(pv.URL, "http://8000-"+id+".preview.localhost:"+daemonPort+"/?") {
-		t.Fatalf("preview url: %+v", pv)
-	}
+		hc := loopbackClient(d)
+		bearer := map[string]string{"Authorization": "Bearer " + apiToken(t, d)}
+		pathURL := "http://" + d.Addr + "/v1/sandboxes/" + id + "/ports/8000/http/index.html"
+		hostURL := "http://8000-" + id + ".preview.localhost:" + daemonPort + "/index.html"
 
-	t.Run("refused without a token", func(t *testing.T) {
-		for _, u := range []string{pathURL, hostURL} {
-			if code, body, _ := get(t, hc, u, nil); code != http.StatusUnauthorized {
-				t.Errorf("%s: got %d %q, want 401", u, code, body)
-			}
-			if code, _, _ := get(t, hc, u, map[string]string{"X-Hotcell-Preview-Token": "wrong"}); code != http.StatusUnauthorized {
-				t.Errorf("%s with a wrong token: got %d, want 401", u, code)
-			}
-		}
-	})
-	t.Run("allowed with the preview token", func(t *testing.T) {
-		for _, u := range []string{pathURL, hostURL} {
-			code, body, _ := get(t, hc, u, map[string]string{"X-Hotcell-Preview-Token": pv.Token})
+		t.Run("by path with the API token", func(t *testing.T) {
+			code, body, _ := get(t, hc, pathURL, bearer)
 			if code != 200 || body != "hello preview\n" {
-				t.Errorf("%s: got %d %q", u, code, body)
+				t.Fatalf("got %d %q", code, body)
 			}
-		}
-		// A token in the query becomes a cookie for that host; the cookie
-		// alone then opens the preview, as a browser's later requests do.
-		code, body, resp := get(t, hc, hostURL+"?hotcell_preview_token="+url.QueryEscape(pv.Token), nil)
-		if code != 200 || body != "hello preview\n" {
-			t.Fatalf("query token: got %d %q", code, body)
-		}
-		var cookie *http.Cookie
-		for _, c := range resp.Cookies() {
-			if c.Name == "hotcell_preview_token" {
-				cookie = c
+		})
+		t.Run("by host name with the API token", func(t *testing.T) {
+			code, body, _ := get(t, hc, hostURL, bearer)
+			if code != 200 || body != "hello preview\n" {
+				t.Fatalf("got %d %q", code, body)
 			}
-		}
-		if cookie == nil || !cookie.HttpOnly || cookie.Domain != "" {
-			t.Fatalf("cookie: %+v, want an HttpOnly host-only cookie", cookie)
-		}
-		code, body, _ = get(t, hc, hostURL, map[string]string{"Cookie": cookie.Name + "=" + cookie.Value})
-		if code != 200 || body != "hello preview\n" {
-			t.Fatalf("cookie: got %d %q", code, body)
-		}
-		// The token opens this sandbox's previews only.
-		other := "http://8000-sb-000000000000.preview.localhost:" + daemonPort + "/"
-		if code, _, _ := get(t, hc, other, map[string]string{"X-Hotcell-Preview-Token": pv.Token}); code != http.StatusUnauthorized {
-			t.Errorf("another sandbox with this token: got %d, want 401", code)
-		}
-	})
+		})
 
-	t.Run("TCP tunnel with half-close", func(t *testing.T) {
-		conn, err := d.C.DialPort(ctx, id, 8000)
+		pv, err := d.C.PreviewURL(ctx, id, 8000)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
-		if _, err := io.WriteString(conn, "GET /index.html HTTP/1.0\r\nHost: localhost\r\n\r\n"); err != nil {
-			t.Fatal(err)
+		if pv.Token == "" || !strings.HasPrefix(pv.URL, "http://8000-"+id+".preview.localhost:"+daemonPort+"/?") {
+			t.Fatalf("preview url: %+v", pv)
 		}
-		if err := conn.CloseWrite(); err != nil {
-			t.Fatal(err)
-		}
-		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-		resp, err := io.ReadAll(conn)
-		if err != nil {
-			t.Fatalf("read the answer: %v", err)
-		}
-		if !strings.HasPrefix(string(resp), "HTTP/1.0 200") || !strings.HasSuffix(string(resp), "\r\n\r\nhello preview\n") {
-			t.Fatalf("answer %q", resp)
-		}
-	})
 
-	t.Run("public port needs no token", func(t *testing.T) {
-		if _, err := d.C.SetPortPublic(ctx, id, 8000, true); err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range []string{pathURL, hostURL} {
-			if code, body, _ := get(t, hc, u, nil); code != 200 || body != "hello preview\n" {
-				t.Errorf("%s: got %d %q", u, code, body)
+		t.Run("refused without a token", func(t *testing.T) {
+			for _, u := range []string{pathURL, hostURL} {
+				if code, body, _ := get(t, hc, u, nil); code != http.StatusUnauthorized {
+					t.Errorf("%s: got %d %q, want 401", u, code, body)
+				}
+				if code, _, _ := get(t, hc, u, map[string]string{"X-Hotcell-Preview-Token": "wrong"}); code != http.StatusUnauthorized {
+					t.Errorf("%s with a wrong token: got %d, want 401", u, code)
+				}
 			}
-		}
-		got, err := d.C.GetSandbox(ctx, id)
-		if err != nil || len(got.PublicPorts) != 1 || got.PublicPorts[0] != 8000 {
-			t.Errorf("sandbox publicPorts = %v, %v", got.PublicPorts, err)
-		}
-		if _, err := d.C.SetPortPublic(ctx, id, 8000, false); err != nil {
-			t.Fatal(err)
-		}
-		if code, _, _ := get(t, hc, hostURL, nil); code != http.StatusUnauthorized {
-			t.Errorf("after making it private again: got %d, want 401", code)
-		}
+		})
+		t.Run("allowed with the preview token", func(t *testing.T) {
+			for _, u := range []string{pathURL, hostURL} {
+				code, body, _ := get(t, hc, u, map[string]string{"X-Hotcell-Preview-Token": pv.Token})
+				if code != 200 || body != "hello preview\n" {
+					t.Errorf("%s: got %d %q", u, code, body)
+				}
+			}
+			// A token in the query becomes a cookie for that host; the cookie
+			// alone then opens the preview, as a browser's later requests do.
+			code, body, resp := get(t, hc, hostURL+"?hotcell_preview_token="+url.QueryEscape(pv.Token), nil)
+			if code != 200 || body != "hello preview\n" {
+				t.Fatalf("query token: got %d %q", code, body)
+			}
+			var cookie *http.Cookie
+			for _, c := range resp.Cookies() {
+				if c.Name == "hotcell_preview_token" {
+					cookie = c
+				}
+			}
+			if cookie == nil || !cookie.HttpOnly || cookie.Domain != "" {
+				t.Fatalf("cookie: %+v, want an HttpOnly host-only cookie", cookie)
+			}
+			code, body, _ = get(t, hc, hostURL, map[string]string{"Cookie": cookie.Name + "=" + cookie.Value})
+			if code != 200 || body != "hello preview\n" {
+				t.Fatalf("cookie: got %d %q", code, body)
+			}
+			// The token opens this sandbox's previews only.
+			other := "http://8000-sb-000000000000.preview.localhost:" + daemonPort + "/"
+			if code, _, _ := get(t, hc, other, map[string]string{"X-Hotcell-Preview-Token": pv.Token}); code != http.StatusUnauthorized {
+				t.Errorf("another sandbox with this token: got %d, want 401", code)
+			}
+		})
+
+		t.Run("TCP tunnel with half-close", func(t *testing.T) {
+			conn, err := d.C.DialPort(ctx, id, 8000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, "GET /index.html HTTP/1.0\r\nHost: localhost\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			resp, err := io.ReadAll(conn)
+			if err != nil {
+				t.Fatalf("read the answer: %v", err)
+			}
+			if !strings.HasPrefix(string(resp), "HTTP/1.0 200") || !strings.HasSuffix(string(resp), "\r\n\r\nhello preview\n") {
+				t.Fatalf("answer %q", resp)
+			}
+		})
+
+		t.Run("public port needs no token", func(t *testing.T) {
+			if _, err := d.C.SetPortPublic(ctx, id, 8000, true); err != nil {
+				t.Fatal(err)
+			}
+			for _, u := range []string{pathURL, hostURL} {
+				if code, body, _ := get(t, hc, u, nil); code != 200 || body != "hello preview\n" {
+					t.Errorf("%s: got %d %q", u, code, body)
+				}
+			}
+			got, err := d.C.GetSandbox(ctx, id)
+			if err != nil || len(got.PublicPorts) != 1 || got.PublicPorts[0] != 8000 {
+				t.Errorf("sandbox publicPorts = %v, %v", got.PublicPorts, err)
+			}
+			if _, err := d.C.SetPortPublic(ctx, id, 8000, false); err != nil {
+				t.Fatal(err)
+			}
+			if code, _, _ := get(t, hc, hostURL, nil); code != http.StatusUnauthorized {
+				t.Errorf("after making it private again: got %d, want 401", code)
+			}
+		})
 	})
 }
 

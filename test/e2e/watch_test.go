@@ -67,61 +67,63 @@ func has(evs []client.WatchEvent, typ, path string) bool {
 }
 
 func TestWatchNewSubdirectory(t *testing.T) {
-	d := sharedDaemon(t)
-	sb := newSandbox(t, d, client.CreateSandboxRequest{})
-	w, err := d.C.Watch(t.Context(), sb.ID, client.WatchOptions{Exclude: []string{".git"}})
-	if err != nil {
-		t.Fatalf("watch: %v", err)
-	}
-	defer w.Close()
-	if w.Root != "/workspace" {
-		t.Errorf("root %q, want /workspace", w.Root)
-	}
-
-	// The subdirectory is created after the watch started, and written to
-	// at once: the file must be seen however the race with the new
-	// directory's watch goes.
-	mustOK(t, run(t, d, sb.ID, "mkdir -p /workspace/new/deeper && echo one > /workspace/new/deeper/f"), "create")
-	evs := collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
-		return has(evs, client.WatchCreated, "/workspace/new/deeper/f")
-	})
-	for _, p := range []string{"/workspace/new", "/workspace/new/deeper"} {
-		if !slices.ContainsFunc(evs, func(ev client.WatchEvent) bool {
-			return ev.Type == client.WatchCreated && ev.Path == p && ev.FileType == client.FileTypeDir
-		}) {
-			t.Errorf("no created dir event for %s in %s", p, describe(evs))
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		d := sharedDaemon(t)
+		sb := newSandbox(t, d, client.CreateSandboxRequest{Runtime: rt})
+		w, err := d.C.Watch(t.Context(), sb.ID, client.WatchOptions{Exclude: []string{".git"}})
+		if err != nil {
+			t.Fatalf("watch: %v", err)
 		}
-	}
-
-	mustOK(t, run(t, d, sb.ID, "echo two >> /workspace/new/deeper/f"), "modify")
-	collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
-		return has(evs, client.WatchModified, "/workspace/new/deeper/f")
-	})
-
-	mustOK(t, run(t, d, sb.ID, "mv /workspace/new/deeper/f /workspace/new/deeper/g"), "rename")
-	evs = collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
-		return has(evs, client.WatchRenamed, "/workspace/new/deeper/g")
-	})
-	if ev := evs[len(evs)-1]; ev.OldPath != "/workspace/new/deeper/f" || ev.FileType != client.FileTypeFile {
-		t.Errorf("rename event %+v, want oldPath /workspace/new/deeper/f, a file", ev)
-	}
-
-	mustOK(t, run(t, d, sb.ID, "rm /workspace/new/deeper/g"), "delete")
-	collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
-		return has(evs, client.WatchDeleted, "/workspace/new/deeper/g")
-	})
-
-	// Nothing under .git is reported; the marker after it proves the
-	// stream got that far.
-	mustOK(t, run(t, d, sb.ID, "mkdir -p /workspace/.git/objects && echo x > /workspace/.git/objects/o && echo x > /workspace/.git/HEAD && touch /workspace/marker"), "git writes")
-	evs = collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
-		return has(evs, client.WatchCreated, "/workspace/marker")
-	})
-	for _, ev := range evs {
-		if strings.Contains(ev.Path, ".git") {
-			t.Errorf("excluded path reported: %+v", ev)
+		defer w.Close()
+		if w.Root != "/workspace" {
+			t.Errorf("root %q, want /workspace", w.Root)
 		}
-	}
+
+		// The subdirectory is created after the watch started, and written to
+		// at once: the file must be seen however the race with the new
+		// directory's watch goes.
+		mustOK(t, run(t, d, sb.ID, "mkdir -p /workspace/new/deeper && echo one > /workspace/new/deeper/f"), "create")
+		evs := collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
+			return has(evs, client.WatchCreated, "/workspace/new/deeper/f")
+		})
+		for _, p := range []string{"/workspace/new", "/workspace/new/deeper"} {
+			if !slices.ContainsFunc(evs, func(ev client.WatchEvent) bool {
+				return ev.Type == client.WatchCreated && ev.Path == p && ev.FileType == client.FileTypeDir
+			}) {
+				t.Errorf("no created dir event for %s in %s", p, describe(evs))
+			}
+		}
+
+		mustOK(t, run(t, d, sb.ID, "echo two >> /workspace/new/deeper/f"), "modify")
+		collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
+			return has(evs, client.WatchModified, "/workspace/new/deeper/f")
+		})
+
+		mustOK(t, run(t, d, sb.ID, "mv /workspace/new/deeper/f /workspace/new/deeper/g"), "rename")
+		evs = collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
+			return has(evs, client.WatchRenamed, "/workspace/new/deeper/g")
+		})
+		if ev := evs[len(evs)-1]; ev.OldPath != "/workspace/new/deeper/f" || ev.FileType != client.FileTypeFile {
+			t.Errorf("rename event %+v, want oldPath /workspace/new/deeper/f, a file", ev)
+		}
+
+		mustOK(t, run(t, d, sb.ID, "rm /workspace/new/deeper/g"), "delete")
+		collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
+			return has(evs, client.WatchDeleted, "/workspace/new/deeper/g")
+		})
+
+		// Nothing under .git is reported; the marker after it proves the
+		// stream got that far.
+		mustOK(t, run(t, d, sb.ID, "mkdir -p /workspace/.git/objects && echo x > /workspace/.git/objects/o && echo x > /workspace/.git/HEAD && touch /workspace/marker"), "git writes")
+		evs = collectWatch(t, w, 10*time.Second, func(evs []client.WatchEvent) bool {
+			return has(evs, client.WatchCreated, "/workspace/marker")
+		})
+		for _, ev := range evs {
+			if strings.Contains(ev.Path, ".git") {
+				t.Errorf("excluded path reported: %+v", ev)
+			}
+		}
+	})
 }
 
 func TestWatchBadInput(t *testing.T) {
