@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -101,6 +102,15 @@ func TestRuntimeGVisor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("snapshot of the gvisor sandbox: %v\n%s", err, d.Logs())
 	}
+	// Registered before the sandboxes made from it, so it runs after
+	// their destroys: the image of a snapshot in use cannot go.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := d.C.DeleteSnapshot(ctx, gv.ID, sn.ID); err != nil {
+			t.Errorf("delete snapshot %s: %v", sn.ID, err)
+		}
+	})
 	if sn.Runtime != client.RuntimeGVisor {
 		t.Errorf("snapshot: got runtime %q, want gvisor", sn.Runtime)
 	}
