@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/e2b"
 	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
 )
@@ -17,7 +18,7 @@ import (
 // TestE2BControl runs the E2B control-plane calls (create, connect, list,
 // getInfo, setTimeout, pause, kill, errors) through the real e2b SDK.
 func TestE2BControl(t *testing.T) {
-	runE2BNode(t, "control.test.mjs")
+	runE2BNode(t, "control.test.mjs", "E2B_ENVD_VERSION="+e2b.EnvdVersion)
 }
 
 // e2bCall sends an E2B control-plane request to d with key as X-API-KEY and
