@@ -5,6 +5,7 @@ package driver
 
 import (
 	"context"
+	"io"
 	"net/netip"
 	"time"
 
@@ -122,6 +123,20 @@ type Driver interface {
 	Inspect(ctx context.Context, id string) (Status, error)
 	// List reports every box this host's hotcell owns, by label.
 	List(ctx context.Context) ([]Status, error)
+}
+
+// ImageBuilder is implemented by drivers that can build an image from a
+// Dockerfile and a build context (templates).
+type ImageBuilder interface {
+	// BuildImage builds ref from buildContext (a tar stream) with the
+	// Dockerfile at dockerfile inside it, labelled with labels, passing
+	// build output to progress line by line. A failed build is
+	// errdefs.ErrInvalidArgument with the builder's message, and leaves
+	// ref untagged.
+	BuildImage(ctx context.Context, ref, dockerfile string, labels map[string]string, buildContext io.Reader, progress Progress) error
+	// RemoveImage removes an image; a missing one is not an error, one a
+	// box still uses is errdefs.ErrConflict.
+	RemoveImage(ctx context.Context, ref string) error
 }
 
 // Pauser is implemented by drivers that can freeze a box with its memory.

@@ -94,6 +94,14 @@ var migrations = []string{
 		WHERE json_extract(doc, '$.runtime') IS NULL OR json_extract(doc, '$.runtime') = '';
 	UPDATE snapshots SET doc = json_set(doc, '$.runtime', 'runc')
 		WHERE json_extract(doc, '$.runtime') IS NULL OR json_extract(doc, '$.runtime') = '';`,
+	// 7: templates, one row per built version (see templates.go).
+	`CREATE TABLE IF NOT EXISTS templates (
+		name       TEXT NOT NULL,
+		version    INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		doc        TEXT NOT NULL,
+		PRIMARY KEY (name, version)
+	) WITHOUT ROWID;`,
 }
 
 // SchemaVersion is the schema version this binary writes.
