@@ -342,6 +342,7 @@ func TestOpenAPIWireSchemas(t *testing.T) {
 		{"Backup", wire.Backup{}, true}, {"BackupList", wire.BackupList{}, true}, {"CreateBackupRequest", wire.CreateBackupRequest{}, false}, {"BackupEvent", wire.BackupEvent{}, true}, {"RestoreRequest", wire.RestoreRequest{}, false}, {"RestoreSource", wire.RestoreSource{}, false}, {"RestoreResult", wire.RestoreResult{}, true}, {"Snapshot", wire.Snapshot{}, true}, {"SnapshotList", wire.SnapshotList{}, true},
 		{"EgressPolicy", wire.EgressPolicy{}, false}, {"EgressStatus", wire.EgressStatus{}, true}, {"EgressResolved", wire.EgressResolved{}, true}, {"EgressDenial", wire.EgressDenial{}, true},
 		{"GatewayUsage", wire.GatewayUsage{}, true}, {"GatewayBudget", wire.GatewayBudget{}, false}, {"SandboxUsage", wire.SandboxUsage{}, true}, {"GatewayCredential", wire.GatewayCredential{}, true}, {"GatewayProvider", wire.GatewayProvider{}, true}, {"GatewayProviderList", wire.GatewayProviderList{}, true},
+		{"Template", wire.Template{}, true}, {"TemplateDefaults", wire.TemplateDefaults{}, true}, {"TemplateRef", wire.TemplateRef{}, true}, {"TemplateList", wire.TemplateList{}, true}, {"TemplateBuildEvent", wire.TemplateBuildEvent{}, true},
 		{"StreamError", wire.StreamError{}, true},
 		{"Error", errdefs.Body{}, true},
 		{"ErrorDetail", errdefs.Detail{}, true},

@@ -19,6 +19,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(r, maxCreateBody, &req); err != nil {
 		return err
 	}
+	tref, err := s.applyTemplate(r, &req)
+	if err != nil {
+		return err
+	}
 	if err := validateCreate(&req, s.opts.AllowLocalRepos); err != nil {
 		return err
 	}
@@ -32,6 +36,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	co.Template = tref
 	// The runtime is settled (the request's, the snapshot's or the
 	// daemon's default) and checked against the engine before a streamed
 	// create answers 200: a missing one is a plain 400 that says how to

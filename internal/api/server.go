@@ -66,6 +66,9 @@ type Options struct {
 	Log            *slog.Logger
 	// Backups serves backups, restores and snapshots; nil answers them with 501.
 	Backups Backups
+	// Templates builds and keeps templates; nil answers their routes
+	// (and a create from a template) with 501.
+	Templates Templates
 	// Gateway is the LLM gateway; nil answers its routes with 501.
 	Gateway Gateway
 	// ReloadGateway re-reads the gateway providers' keys from the config
@@ -155,6 +158,7 @@ func (s *Server) routes() {
 	s.backupRoutes()
 	s.gatewayRoutes()
 	s.keyRoutes()
+	s.templateRoutes()
 
 	// Anything else under the API gets a JSON 404 rather than the mux's text.
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) error {

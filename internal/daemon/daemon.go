@@ -30,6 +30,7 @@ import (
 	"github.com/hotcell/hotcell/internal/metrics"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/templates"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -167,7 +168,10 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		ObserveRequest:     mets.ObserveRequest,
 		Log:                log,
 		Backups:            bk,
-		Gateway:            gw,
+		Templates: templates.New(st, drv, func(ctx context.Context) ([]wire.Sandbox, error) {
+			return mgr.List(ctx, sandbox.ListFilter{})
+		}, log),
+		Gateway: gw,
 		ReloadGateway: func(context.Context) (wire.GatewayReload, error) {
 			return reloadGateway(cfg, gw)
 		},

@@ -172,6 +172,9 @@ type CreateOptions struct {
 	// Populate, when set, runs once the agent is up and before the repo
 	// and the setup commands; its failure fails (and undoes) the create.
 	Populate Populate
+	// Template is the template version the request was filled from
+	// (already applied to it); the sandbox records it.
+	Template *wire.TemplateRef
 }
 
 // Create makes a sandbox from a validated request and returns it once it is
@@ -226,6 +229,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		Timeouts:  m.initialTimeouts(req.Timeouts, now),
 		Gateway:   req.Gateway,
 		Runtime:   runtime,
+		Template:  co.Template,
 	}
 	unlock := m.lock(sb.ID)
 	defer unlock()

@@ -64,6 +64,10 @@ type CreateSandboxRequest struct {
 	// or RuntimeGVisor. Empty means the snapshot's runtime when created
 	// from a snapshot, else the daemon's default (HostInfo.DefaultRuntime).
 	Runtime string `json:"runtime,omitempty"`
+	// Template makes the sandbox from the latest version of a template
+	// (GET /v1/templates): its image and defaults, which the request's own
+	// fields override. It excludes Image and Snapshot.
+	Template string `json:"template,omitempty"`
 }
 
 // Runtimes a sandbox can run under (CreateSandboxRequest.Runtime).
@@ -126,6 +130,8 @@ type Sandbox struct {
 	// Runtime is the isolation runtime the sandbox runs under (RuntimeRunc
 	// or RuntimeGVisor), fixed at create.
 	Runtime string `json:"runtime"`
+	// Template is the template version the sandbox was made from, if any.
+	Template *TemplateRef `json:"template,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -1,0 +1,196 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/sandbox"
+	"github.com/hotcell/hotcell/internal/templates"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Templates builds and keeps sandbox templates (internal/templates).
+type Templates interface {
+	Build(ctx context.Context, name, dockerfile string, defaults wire.TemplateDefaults, buildContext io.Reader, progress driver.Progress) (wire.Template, error)
+	Get(ctx context.Context, name string) (wire.Template, error)
+	List(ctx context.Context) ([]wire.Template, error)
+	Delete(ctx context.Context, name string, force bool) error
+}
+
+// maxBuildContext bounds the build context a client may send; it is
+// spooled to a temporary file first, so that the build reads it whole.
+const maxBuildContext = 2 << 30
+
+func (s *Server) templateRoutes() {
+	s.handle("POST /v1/templates", s.buildTemplate)
+	s.handle("GET /v1/templates", s.listTemplates)
+	s.handle("GET /v1/templates/{name}", s.getTemplate)
+	s.handle("DELETE /v1/templates/{name}", s.deleteTemplate)
+}
+
+func (s *Server) templatesOrNone() (Templates, error) {
+	if s.opts.Templates == nil {
+		return nil, fmt.Errorf("templates are not enabled on this daemon: %w", errdefs.ErrNotImplemented)
+	}
+	return s.opts.Templates, nil
+}
+
+// validateTemplateDefaults checks a template's defaults as the create
+// fields they stand for.
+func validateTemplateDefaults(d wire.TemplateDefaults) error {
+	req := wire.CreateSandboxRequest{Env: d.Env, Limits: d.Limits, Runtime: d.Runtime, Egress: d.Egress, Timeouts: d.Timeouts}
+	if err := validateCreate(&req, false); err != nil {
+		return fmt.Errorf("defaults.%w", err)
+	}
+	if err := sandbox.ValidateTimeouts("defaults.timeouts", d.Timeouts); err != nil {
+		return err
+	}
+	return nil
+}
+
+// buildTemplate builds a template from the tar stream in the body and
+// streams the build log as NDJSON: log and keepalive lines, then exactly
+// one template line or a stream.error line (nothing is recorded then).
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
+	tp, err := s.templatesOrNone()
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	name, dockerfile := q.Get("name"), q.Get("dockerfile")
+	if err := templates.ValidateName("name", name); err != nil {
+		return err
+	}
+	if err := templates.ValidateDockerfile(dockerfile); err != nil {
+		return err
+	}
+	var defaults wire.TemplateDefaults
+	if raw := q.Get("defaults"); raw != "" {
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&defaults); err != nil {
+			return errdefs.Invalid("defaults", "not a JSON object of env, limits, runtime, egress, timeouts: %v", err)
+		}
+		if err := validateTemplateDefaults(defaults); err != nil {
+			return err
+		}
+	}
+	// The engine reads the context before it writes a line, and a
+	// handler that has answered may no longer read its body: spool it.
+	f, err := os.CreateTemp("", "hotcell-build-*.tar")
+	if err != nil {
+		return fmt.Errorf("spool build context: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	n, err := io.Copy(f, http.MaxBytesReader(nil, r.Body, maxBuildContext))
+	if err != nil {
+		if _, ok := err.(*http.MaxBytesError); ok {
+			return fmt.Errorf("build context is larger than %d bytes: %w", int64(maxBuildContext), errdefs.ErrTooLarge)
+		}
+		return fmt.Errorf("read build context: %w", err)
+	}
+	if n == 0 {
+		return errdefs.Invalid("body", "the build context (a tar stream) is empty")
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("spool build context: %w", err)
+	}
+
+	st := s.startStream(w, r, http.StatusOK, createKeepalive, func() any { return wire.TemplateBuildEvent{Type: wire.TemplateEventKeepalive} })
+	defer st.Close()
+	t, err := tp.Build(st.Context(), name, dockerfile, defaults, f, func(line string) {
+		_ = st.Send(wire.TemplateBuildEvent{Type: wire.TemplateEventLog, Message: line})
+	})
+	if err != nil {
+		_ = st.Fail(err)
+		return reported(err)
+	}
+	_ = st.End(wire.TemplateBuildEvent{Type: wire.TemplateEventTemplate, Template: &t})
+	return nil
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
+	tp, err := s.templatesOrNone()
+	if err != nil {
+		return err
+	}
+	list, err := tp.List(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.TemplateList{Templates: list})
+	return nil
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
+	tp, err := s.templatesOrNone()
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if err := templates.ValidateName("name", name); err != nil {
+		return err
+	}
+	t, err := tp.Get(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, t)
+	return nil
+}
+
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
+	tp, err := s.templatesOrNone()
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if err := templates.ValidateName("name", name); err != nil {
+		return err
+	}
+	force, err := parseBool("force", r.URL.Query().Get("force"))
+	if err != nil {
+		return err
+	}
+	if err := tp.Delete(r.Context(), name, force); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// applyTemplate turns a create from a template into a create from its
+// image with its defaults under the request's own fields, and names the
+// version it used.
+func (s *Server) applyTemplate(r *http.Request, req *wire.CreateSandboxRequest) (*wire.TemplateRef, error) {
+	if req.Template == "" {
+		return nil, nil
+	}
+	if req.Image != "" {
+		return nil, errdefs.Invalid("template", "give a template or an image, not both")
+	}
+	if req.Snapshot != "" {
+		return nil, errdefs.Invalid("template", "give a template or a snapshot, not both")
+	}
+	if err := templates.ValidateName("template", req.Template); err != nil {
+		return nil, err
+	}
+	tp, err := s.templatesOrNone()
+	if err != nil {
+		return nil, err
+	}
+	t, err := tp.Get(r.Context(), req.Template)
+	if err != nil {
+		return nil, err
+	}
+	templates.Apply(req, t)
+	return &wire.TemplateRef{Name: t.Name, Version: t.Version}, nil
+}

@@ -1,0 +1,224 @@
+// Package templates owns sandbox templates: named images built from a
+// Dockerfile on the host's engine, each build a new version with its own
+// image tag (hotcell-tpl/<name>:<version>), with the create defaults that
+// sandboxes made from the template start with.
+package templates
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/keyedmutex"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// Repo is the repository template images are tagged in.
+const Repo = "hotcell-tpl"
+
+// Labels on a template's image.
+const (
+	LabelTemplate = "hotcell.template"
+	LabelVersion  = "hotcell.template.version"
+)
+
+// Store is what the service keeps templates in, and where it finds the
+// sandboxes that use one.
+type Store interface {
+	PutTemplate(ctx context.Context, t wire.Template) error
+	GetTemplate(ctx context.Context, name string) (wire.Template, error)
+	LatestTemplateVersion(ctx context.Context, name string) (int, error)
+	ListTemplates(ctx context.Context) ([]wire.Template, error)
+	ListTemplateVersions(ctx context.Context, name string) ([]wire.Template, error)
+	DeleteTemplate(ctx context.Context, name string) error
+}
+
+// Sandboxes lists the sandboxes that exist, to see which use a template.
+type Sandboxes func(ctx context.Context) ([]wire.Sandbox, error)
+
+// Service builds, lists and deletes templates. It is safe for concurrent use.
+type Service struct {
+	st        Store
+	drv       driver.ImageBuilder
+	sandboxes Sandboxes
+	log       *slog.Logger
+	// locks serialise the builds and deletes of one name, so that two
+	// builds never take the same version.
+	locks keyedmutex.Map
+}
+
+// New returns the service.
+func New(st Store, drv driver.ImageBuilder, sandboxes Sandboxes, log *slog.Logger) *Service {
+	return &Service{st: st, drv: drv, sandboxes: sandboxes, log: log.With("component", "templates")}
+}
+
+var namePattern = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
+
+// ValidateName checks a template name: it becomes part of an image tag.
+func ValidateName(field, name string) error {
+	if name == "" {
+		return errdefs.Invalid(field, "is required")
+	}
+	if len(name) > 63 || !namePattern.MatchString(name) {
+		return errdefs.Invalid(field, "%q is not a template name (lower-case letters and digits, joined by single . _ or -, at most 63)", clip(name))
+	}
+	return nil
+}
+
+// ValidateDockerfile checks the Dockerfile's path inside the build
+// context; empty means "Dockerfile".
+func ValidateDockerfile(p string) error {
+	if p == "" {
+		return nil
+	}
+	if len(p) > 255 || strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) ||
+		path.IsAbs(p) || strings.HasPrefix(path.Clean(p), "..") {
+		return errdefs.Invalid("dockerfile", "%q is not a relative path inside the build context", clip(p))
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// ImageRef is the image tag of a template version.
+func ImageRef(name string, version int) string {
+	return Repo + "/" + name + ":" + strconv.Itoa(version)
+}
+
+// Build builds the next version of name from buildContext (a tar stream
+// holding the Dockerfile at dockerfile), passing the build log to
+// progress, and records it with defaults once its image exists. A failed
+// build records nothing. The inputs are validated by the caller.
+func (s *Service) Build(ctx context.Context, name, dockerfile string, defaults wire.TemplateDefaults, buildContext io.Reader, progress driver.Progress) (wire.Template, error) {
+	if dockerfile == "" {
+		dockerfile = "Dockerfile"
+	}
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	v, err := s.st.LatestTemplateVersion(ctx, name)
+	if err != nil {
+		return wire.Template{}, err
+	}
+	t := wire.Template{Name: name, Version: v + 1, Image: ImageRef(name, v+1), Defaults: defaults}
+	labels := map[string]string{LabelTemplate: name, LabelVersion: strconv.Itoa(t.Version)}
+	if err := s.drv.BuildImage(ctx, t.Image, dockerfile, labels, buildContext, progress); err != nil {
+		return wire.Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+	t.CreatedAt = time.Now().UTC()
+	// The record outlives a client that hung up once the image exists.
+	ctx = context.WithoutCancel(ctx)
+	if err := s.st.PutTemplate(ctx, t); err != nil {
+		if rerr := s.drv.RemoveImage(ctx, t.Image); rerr != nil {
+			s.log.Warn("remove the image of an unrecorded template", "image", t.Image, "err", rerr)
+		}
+		return wire.Template{}, err
+	}
+	s.log.Info("template built", "name", name, "version", t.Version, "image", t.Image)
+	return t, nil
+}
+
+// Get returns the latest version of name.
+func (s *Service) Get(ctx context.Context, name string) (wire.Template, error) {
+	return s.st.GetTemplate(ctx, name)
+}
+
+// List returns the latest version of every template.
+func (s *Service) List(ctx context.Context) ([]wire.Template, error) {
+	return s.st.ListTemplates(ctx)
+}
+
+// Delete removes every version of name and their images. While a sandbox
+// made from it exists, it is refused with errdefs.ErrConflict unless
+// force; forced, the images those sandboxes run stay on the engine (it
+// refuses to remove them) until removed by hand.
+func (s *Service) Delete(ctx context.Context, name string, force bool) error {
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	versions, err := s.st.ListTemplateVersions(ctx, name)
+	if err != nil {
+		return err
+	}
+	if len(versions) == 0 {
+		return fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+	}
+	sbs, err := s.sandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	var users []string
+	for _, sb := range sbs {
+		if sb.Template != nil && sb.Template.Name == name {
+			users = append(users, sb.ID)
+		}
+	}
+	slices.Sort(users)
+	if len(users) > 0 && !force {
+		return fmt.Errorf("template %q is used by sandbox(es) %s; destroy them first or delete with force=true: %w",
+			name, strings.Join(users, ", "), errdefs.ErrConflict)
+	}
+	if err := s.st.DeleteTemplate(ctx, name); err != nil {
+		return err
+	}
+	for _, t := range versions {
+		if err := s.drv.RemoveImage(ctx, t.Image); err != nil {
+			s.log.Warn("keep the image of a deleted template version", "image", t.Image, "err", err)
+		}
+	}
+	s.log.Info("template deleted", "name", name, "versions", len(versions), "force", force, "users", len(users))
+	return nil
+}
+
+// Apply fills req from template t: its image, and each default the request
+// leaves out (env key by key). The request must not name an image or a
+// snapshot (the caller checks).
+func Apply(req *wire.CreateSandboxRequest, t wire.Template) {
+	d := t.Defaults
+	req.Image = t.Image
+	if len(d.Env) > 0 {
+		env := make(map[string]string, len(d.Env)+len(req.Env))
+		for k, v := range d.Env {
+			env[k] = v
+		}
+		for k, v := range req.Env {
+			env[k] = v
+		}
+		req.Env = env
+	}
+	if req.Limits.MemoryMB == 0 {
+		req.Limits.MemoryMB = d.Limits.MemoryMB
+	}
+	if req.Limits.CPUs == 0 {
+		req.Limits.CPUs = d.Limits.CPUs
+	}
+	if req.Limits.PidsLimit == 0 {
+		req.Limits.PidsLimit = d.Limits.PidsLimit
+	}
+	if req.Limits.DiskMB == 0 {
+		req.Limits.DiskMB = d.Limits.DiskMB
+	}
+	if req.Runtime == "" {
+		req.Runtime = d.Runtime
+	}
+	if req.Egress == nil && d.Egress != nil {
+		e := *d.Egress
+		req.Egress = &e
+	}
+	if req.Timeouts == nil && d.Timeouts != nil {
+		to := *d.Timeouts
+		req.Timeouts = &to
+	}
+}
