@@ -216,9 +216,12 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 		errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file, or an API key from hotcell keys create>: %w", errdefs.ErrUnauthenticated), rid)
 	} else {
 		rw.apiKey = c.key
-		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
-		s.touch(r)
-		s.mux.ServeHTTP(rw, r)
+		withCaller := r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+		s.touch(withCaller)
+		s.mux.ServeHTTP(rw, withCaller)
+		// The mux records the route on the request it served; the request
+		// log and the metrics read it from the caller's.
+		r.Pattern = withCaller.Pattern
 	}
 	return false
 }
