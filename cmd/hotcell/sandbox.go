@@ -19,6 +19,7 @@ func (a *app) createCmd() *cobra.Command {
 	var (
 		image, repo, ref   string
 		runtime            string
+		template           string
 		env, labels, setup []string
 		memory, pids       int64
 		cpus               float64
@@ -41,6 +42,7 @@ commands have run. Prints the new sandbox's id, or the sandbox as JSON with --js
 			req := client.CreateSandboxRequest{
 				Image:          image,
 				Runtime:        runtime,
+				Template:       template,
 				Limits:         client.Limits{MemoryMB: memory, CPUs: cpus, PidsLimit: pids},
 				Setup:          setup,
 				SetupTimeoutMs: setupTimeout.Milliseconds(),
@@ -86,6 +88,7 @@ commands have run. Prints the new sandbox's id, or the sandbox as JSON with --js
 	}
 	f := cmd.Flags()
 	f.StringVar(&image, "image", "", "image to run (default: the daemon's default image)")
+	f.StringVar(&template, "template", "", "make it from template `NAME` (hotcell template ls): its image and defaults, under this command's flags; excludes --image")
 	f.StringVar(&runtime, "runtime", "", "isolation `RUNTIME`: runc (the host's kernel) or gvisor (gVisor's user-space kernel; stronger isolation, slower system calls) (default: the daemon's, see hotcell serve --default-runtime)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable `KEY=VALUE` for every command (repeatable)")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label `KEY=VALUE` to find the sandbox by (repeatable)")

@@ -3,11 +3,14 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -202,4 +205,41 @@ func TestTemplateBadInput(t *testing.T) {
 	wantTplStatus(t, "unknown template", err, http.StatusNotFound, "no-such-template-e2e")
 	err = d.C.DeleteTemplate(ctx, "no-such-template-e2e", false)
 	wantTplStatus(t, "delete unknown", err, http.StatusNotFound, "no-such-template-e2e")
+}
+
+// TestTemplateCLI: hotcell template build streams the build and prints
+// NAME:VERSION, create --template makes a sandbox from it, template ls
+// shows it, and template rm refuses while it is used, then forced.
+func TestTemplateCLI(t *testing.T) {
+	testenv.RequireDocker(t)
+	t.Parallel()
+	d := sharedDaemon(t)
+	c := newCLI(t, d)
+	name := templateName(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile.tpl"), []byte("FROM hotcell/base:latest\nCOPY note /opt/note\nRUN echo cli-build-step\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "note"), []byte("from-cli\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := c.want(0, "template", "build", "-t", name, "-f", "Dockerfile.tpl", "--env", "CLI_ENV=yes", dir)
+	if r.stdout != name+":1\n" || !strings.Contains(r.stderr, "cli-build-step") {
+		t.Errorf("build: got %v, want %s:1 and the build output", r, name)
+	}
+	if r := c.want(0, "template", "ls"); !strings.Contains(r.stdout, name) || !strings.Contains(r.stdout, "hotcell-tpl/"+name+":1") {
+		t.Errorf("ls: got %v", r)
+	}
+	id := strings.TrimSpace(c.want(0, "create", "--template", name, "--label", "test="+sanitizeLabel(t.Name())).stdout)
+	t.Cleanup(func() { _ = d.C.DeleteSandbox(context.WithoutCancel(t.Context()), id) })
+	if out := mustOK(t, run(t, d, id, "cat /opt/note; echo $CLI_ENV"), "read"); out != "from-cli\nyes\n" {
+		t.Errorf("sandbox from the CLI's template: got %q", out)
+	}
+	if r := c.want(1, "template", "rm", name); !strings.Contains(r.stderr, id) {
+		t.Errorf("rm while used: got %v, want the sandbox named", r)
+	}
+	c.want(0, "template", "rm", "--force", name)
+	if r := c.run("template", "build", "-t", "Bad", dir); r.code == 0 || !strings.Contains(r.stderr, "name") {
+		t.Errorf("bad name: got %v, want an error naming name", r)
+	}
 }

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/termsafe"
+)
+
+func (a *app) templateCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "template",
+		Aliases: []string{"templates"},
+		Short:   "Templates: build, list, remove the images sandboxes are made from",
+		Long: `A template is a named image, built from a Dockerfile on the daemon's Docker
+Engine (no registry: FROM hotcell/base or any local image), with defaults for
+the sandboxes made from it (hotcell create --template NAME). Each build is a
+new version with its own image, so running sandboxes keep theirs.`,
+		Example: `  hotcell template build -t py-data .
+  hotcell template ls
+  hotcell create --template py-data
+  hotcell template rm py-data`,
+		SuggestionsMinimumDistance: 2,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return unknownSubcommand(cmd, args[0])
+			}
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(a.templateBuildCmd(), a.templateLsCmd(), a.templateRmCmd())
+	return cmd
+}
+
+func (a *app) templateBuildCmd() *cobra.Command {
+	var (
+		name, dockerfile, runtime string
+		env                       []string
+		memory                    int64
+		cpus                      float64
+		quiet                     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "build -t NAME [-f Dockerfile] [CONTEXT_DIR]",
+		Short: "Build a new version of a template from a Dockerfile, streaming the build",
+		Long: `Send CONTEXT_DIR (default .) as the build context and build the next version
+of template NAME on the daemon's engine, printing the build output to stderr
+as it comes. A failed build prints its log and the error, and records nothing.
+--env, --runtime, --memory and --cpus are defaults of the sandboxes made from
+the template; a create's own values win.`,
+		Example: `  hotcell template build -t py-data .
+  hotcell template build -t py-data -f docker/Dockerfile.py --env PYTHONUNBUFFERED=1 ./src
+  hotcell create --template py-data`,
+		Args: requireArgs(0, 1, "at most one context directory"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := "."
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			rel := dockerfile
+			if filepath.IsAbs(dockerfile) {
+				absDir, err := filepath.Abs(dir)
+				if err != nil {
+					return err
+				}
+				absFile, err := filepath.Abs(dockerfile)
+				if err != nil {
+					return err
+				}
+				if rel, err = filepath.Rel(absDir, absFile); err != nil || strings.HasPrefix(rel, "..") {
+					return usageError{fmt.Errorf("-f %s: the Dockerfile must be inside the context directory %s", dockerfile, dir)}
+				}
+			}
+			envMap, err := parseKV("env", env)
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var defaults *client.TemplateDefaults
+			if len(envMap) > 0 || runtime != "" || memory != 0 || cpus != 0 {
+				defaults = &client.TemplateDefaults{Env: envMap, Runtime: runtime, Limits: client.Limits{MemoryMB: memory, CPUs: cpus}}
+			}
+			pr, pw := io.Pipe()
+			go func() { pw.CloseWithError(writeTar(pw, dir, a.stderr)) }()
+			defer pr.Close()
+			t, err := c.BuildTemplate(cmd.Context(), name, client.BuildTemplateOptions{Dockerfile: filepath.ToSlash(rel), Defaults: defaults}, pr,
+				func(line string) {
+					if !quiet {
+						fmt.Fprintln(a.stderr, termsafe.String(line))
+					}
+				})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "%s:%d\n", termsafe.String(t.Name), t.Version)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&name, "tag", "t", "", "template `NAME` (required)")
+	f.StringVarP(&dockerfile, "file", "f", "", "path of the Dockerfile inside the context, or an absolute path to one in it (default CONTEXT_DIR/Dockerfile)")
+	f.StringArrayVar(&env, "env", nil, "default environment variable `KEY=VALUE` of sandboxes made from it (repeatable)")
+	f.StringVar(&runtime, "runtime", "", "default isolation `RUNTIME` (runc or gvisor)")
+	f.Int64Var(&memory, "memory", 0, "default memory limit in `MiB`")
+	f.Float64Var(&cpus, "cpus", 0, "default CPU limit")
+	f.BoolVarP(&quiet, "quiet", "q", false, "do not print the build output")
+	_ = cmd.MarkFlagRequired("tag")
+	return cmd
+}
+
+func (a *app) templateLsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List templates (their latest versions)",
+		Example: `  hotcell template ls
+  hotcell template ls --json`,
+		Args: requireArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ts, err := c.ListTemplates(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(ts)
+			}
+			now := time.Now()
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tVERSION\tIMAGE\tCREATED")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", termsafe.String(t.Name), t.Version, termsafe.String(t.Image), ago(now, t.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the templates as JSON")
+	return cmd
+}
+
+func (a *app) templateRmCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:     "rm NAME",
+		Aliases: []string{"remove"},
+		Short:   "Remove a template, every version and its images",
+		Long: `Remove a template. While a sandbox made from it exists this is refused,
+unless --force (the images those sandboxes run then stay on the engine).`,
+		Example: `  hotcell template rm py-data
+  hotcell template rm --force py-data`,
+		Args: requireArgs(1, 1, "a template name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteTemplate(cmd.Context(), args[0], force); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, termsafe.String(args[0]))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "remove it even while sandboxes use it")
+	return cmd
+}
