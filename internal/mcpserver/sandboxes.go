@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -21,13 +22,14 @@ type repoIn struct {
 }
 
 type createIn struct {
-	Image   string            `json:"image,omitempty" jsonschema:"container image, e.g. hotcell/base:latest (Debian with bash, python3, git, curl); absent means the daemon's default image"`
-	Env     map[string]string `json:"env,omitempty" jsonschema:"environment variables for every command run in the sandbox"`
-	Labels  map[string]string `json:"labels,omitempty" jsonschema:"free key/value labels, for finding the sandbox again with sandbox_list"`
-	Limits  *limitsIn         `json:"limits,omitempty" jsonschema:"resource limits; absent fields take the daemon's defaults, fields above its maximum are refused"`
-	Repo    *repoIn           `json:"repo,omitempty" jsonschema:"a git repository to clone into /workspace before the setup commands"`
-	Setup   []string          `json:"setup,omitempty" jsonschema:"shell commands run in order in /workspace after the clone (e.g. 'pip install -r requirements.txt'); each one's exit code and output tail are in the result, and a failing one does not stop the sandbox from being created"`
-	Runtime string            `json:"runtime,omitempty" jsonschema:"isolation runtime: runc (the host's kernel) or gvisor (a user-space kernel between the sandbox and the host: stronger isolation, slower system calls); absent means the daemon's default"`
+	Image    string            `json:"image,omitempty" jsonschema:"container image, e.g. hotcell/base:latest (Debian with bash, python3, git, curl); absent means the daemon's default image"`
+	Env      map[string]string `json:"env,omitempty" jsonschema:"environment variables for every command run in the sandbox"`
+	Labels   map[string]string `json:"labels,omitempty" jsonschema:"free key/value labels, for finding the sandbox again with sandbox_list"`
+	Limits   *limitsIn         `json:"limits,omitempty" jsonschema:"resource limits; absent fields take the daemon's defaults, fields above its maximum are refused"`
+	Repo     *repoIn           `json:"repo,omitempty" jsonschema:"a git repository to clone into /workspace before the setup commands"`
+	Setup    []string          `json:"setup,omitempty" jsonschema:"shell commands run in order in /workspace after the clone (e.g. 'pip install -r requirements.txt'); each one's exit code and output tail are in the result, and a failing one does not stop the sandbox from being created"`
+	Runtime  string            `json:"runtime,omitempty" jsonschema:"isolation runtime: runc (the host's kernel) or gvisor (a user-space kernel between the sandbox and the host: stronger isolation, slower system calls); absent means the daemon's default"`
+	Template string            `json:"template,omitempty" jsonschema:"make the sandbox from this template (built with hotcell template build): its image and default env, limits, runtime, egress and timeouts, under the fields given here; excludes image"`
 }
 
 type setupOut struct {
@@ -48,6 +50,7 @@ type sandboxOut struct {
 	State     string            `json:"state" jsonschema:"creating, running, stopped, paused, error or destroyed; commands run only in a running sandbox"`
 	Image     string            `json:"image"`
 	Runtime   string            `json:"runtime,omitempty" jsonschema:"the isolation runtime the sandbox runs under: runc or gvisor"`
+	Template  string            `json:"template,omitempty" jsonschema:"the template and version the sandbox was made from, as name:version"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	Repo      *repoOut          `json:"repo,omitempty"`
 	Setup     []setupOut        `json:"setup,omitempty" jsonschema:"the setup commands run at create, in order"`
@@ -59,6 +62,9 @@ func sandboxFrom(sb client.Sandbox) sandboxOut {
 	out := sandboxOut{
 		ID: sb.ID, State: string(sb.State), Image: sb.Image, Runtime: sb.Runtime, Labels: sb.Labels,
 		Error: sb.Error, CreatedAt: sb.CreatedAt.UTC().Format(time.RFC3339),
+	}
+	if sb.Template != nil {
+		out.Template = fmt.Sprintf("%s:%d", sb.Template.Name, sb.Template.Version)
 	}
 	if sb.Repo != nil {
 		out.Repo = &repoOut{URL: sb.Repo.URL, Ref: sb.Repo.Ref, Commit: sb.Repo.Commit}
@@ -101,7 +107,7 @@ The result's "id" is the sandboxId the other tools take. Sandboxes keep running 
 		InputSchema: inputSchema[createIn](map[string]prop{"setup": maxItems(64), "runtime": enum(client.RuntimeRunc, client.RuntimeGVisor)}),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, sandboxOut, error) {
-		req := client.CreateSandboxRequest{Image: in.Image, Env: in.Env, Labels: in.Labels, Setup: in.Setup, Runtime: in.Runtime}
+		req := client.CreateSandboxRequest{Image: in.Image, Env: in.Env, Labels: in.Labels, Setup: in.Setup, Runtime: in.Runtime, Template: in.Template}
 		if in.Limits != nil {
 			req.Limits = client.Limits{MemoryMB: in.Limits.MemoryMB, CPUs: in.Limits.CPUs, PidsLimit: in.Limits.PidsLimit}
 		}

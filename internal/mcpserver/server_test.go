@@ -263,3 +263,26 @@ func TestCreateRuntime(t *testing.T) {
 		t.Errorf("sandbox_create with runtime runsc: got %s, want a tool error (not in the schema's enum)", text(res))
 	}
 }
+
+// TestCreateTemplate checks that sandbox_create passes its template to the
+// API and shows the template version the sandbox was made from.
+func TestCreateTemplate(t *testing.T) {
+	t.Parallel()
+	api := http.NewServeMux()
+	api.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		var req wire.CreateSandboxRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		json.NewEncoder(w).Encode(wire.Sandbox{ID: "sb1", State: wire.StateRunning, Template: &wire.TemplateRef{Name: req.Template, Version: 4}})
+	})
+	cs := connect(t, api)
+	var out sandboxOut
+	structured(t, call(t, cs, "sandbox_create", map[string]any{"template": "py-data"}), &out)
+	if out.Template != "py-data:4" {
+		t.Errorf("sandbox_create with template py-data: got template %q, want py-data:4", out.Template)
+	}
+}
