@@ -201,6 +201,9 @@ func (a *app) printSandbox(sb client.Sandbox) {
 		row("Error", sb.Error)
 	}
 	row("Image", sb.Image)
+	if sb.Template != nil {
+		row("Template", fmt.Sprintf("%s version %d", sb.Template.Name, sb.Template.Version))
+	}
 	row("Runtime", sb.Runtime)
 	row("Created", fmt.Sprintf("%s (%s)", sb.CreatedAt.Local().Format(time.RFC3339), ago(time.Now(), sb.CreatedAt)))
 	row("Persist", fmt.Sprint(sb.Persist))

@@ -235,6 +235,9 @@ func TestTemplateCLI(t *testing.T) {
 	if out := mustOK(t, run(t, d, id, "cat /opt/note; echo $CLI_ENV"), "read"); out != "from-cli\nyes\n" {
 		t.Errorf("sandbox from the CLI's template: got %q", out)
 	}
+	if r := c.want(0, "inspect", id); !strings.Contains(r.stdout, name+" version 1") {
+		t.Errorf("inspect: got %v, want the template and its version", r)
+	}
 	if r := c.want(1, "template", "rm", name); !strings.Contains(r.stderr, id) {
 		t.Errorf("rm while used: got %v, want the sandbox named", r)
 	}
