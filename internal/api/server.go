@@ -217,11 +217,12 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 	} else {
 		rw.apiKey = c.key
 		withCaller := r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+		// The mux records the route on the request it served; the request
+		// log and the metrics read it from the caller's, also when the
+		// handler aborts the response.
+		defer func() { r.Pattern = withCaller.Pattern }()
 		s.touch(withCaller)
 		s.mux.ServeHTTP(rw, withCaller)
-		// The mux records the route on the request it served; the request
-		// log and the metrics read it from the caller's.
-		r.Pattern = withCaller.Pattern
 	}
 	return false
 }

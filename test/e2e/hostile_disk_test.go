@@ -177,10 +177,11 @@ func TestHostileDiskWritableLayer(t *testing.T) {
 
 	// Under the limit nothing happens.
 	mustOK(t, run(t, d, hog.ID, "dd if=/dev/zero of=/tmp/small bs=1M count=8 2>/dev/null && sync"), "write under the limit")
-	res := run(t, d, hog.ID, fillCmd("/tmp/fill", diskLimitMB+32))
-	if !strings.Contains(res.Stdout, "exit=0") {
-		t.Fatalf("filling the writable layer: stdout %q stderr %q", res.Stdout, res.Stderr)
-	}
+	// The daemon may stop the sandbox before dd is done (on a loaded host
+	// the check runs while dd still writes), which cuts the exec off: what
+	// counts is the stop below, not the exec's answer.
+	res, err := d.C.Exec(ctx, hog.ID, client.ExecRequest{Command: fillCmd("/tmp/fill", diskLimitMB+32)})
+	t.Logf("filling the writable layer: stdout %q stderr %q err %v", res.Stdout, res.Stderr, err)
 
 	deadline := time.Now().Add(time.Minute)
 	var sb client.Sandbox
