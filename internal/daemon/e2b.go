@@ -28,6 +28,7 @@ func newE2B(cfg config.Config, token string, keys e2b.Keys, mgr *sandbox.Manager
 	return e2b.New(e2b.Options{
 		Sandboxes:    mgr,
 		Activity:     mgr,
+		Stats:        mgr,
 		Keys:         keys,
 		Token:        token,
 		Secret:       []byte(secret),

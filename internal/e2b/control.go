@@ -93,6 +93,7 @@ func (s *Server) controlRoutes() {
 	s.control("POST /sandboxes/{id}/timeout", s.setTimeout)
 	s.control("POST /sandboxes/{id}/pause", s.pauseSandbox)
 	s.control("DELETE /sandboxes/{id}", s.killSandbox)
+	s.control("GET /sandboxes/{id}/metrics", s.getMetrics)
 }
 
 // createRequest is NewSandbox / NewSandboxV2. Unknown fields are refused.

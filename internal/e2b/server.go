@@ -62,6 +62,8 @@ type Options struct {
 	Sandboxes Sandboxes
 	// Keys verifies API keys; nil accepts only Token.
 	Keys Keys
+	// Stats, if set, serves sandbox metrics.
+	Stats Stats
 	// Activity, if set, learns of every envd call.
 	Activity Activity
 	// Token is the daemon's own token, accepted as an API key too.

@@ -142,6 +142,22 @@ test('list with a metadata filter, a page at a time', async () => {
   assert.deepEqual(none, [])
 })
 
+test('getMetrics: one sample now of a running sandbox, none of a paused one', async () => {
+  const sbx = await create()
+  const [m, ...rest] = await sbx.getMetrics()
+  assert.deepEqual(rest, [])
+  assert.ok(m.timestamp instanceof Date && Math.abs(m.timestamp.getTime() - Date.now()) < 60_000, String(m.timestamp))
+  assert.ok(m.cpuCount >= 1, `cpuCount ${m.cpuCount}`)
+  assert.ok(m.cpuUsedPct >= 0, `cpuUsedPct ${m.cpuUsedPct}`)
+  assert.ok(m.memUsed > 0 && m.memTotal >= m.memUsed, `mem ${m.memUsed}/${m.memTotal}`)
+  assert.ok(m.diskUsed >= 0, `diskUsed ${m.diskUsed}`)
+  // A window that ended an hour ago holds no sample; nor does a paused box.
+  assert.deepEqual(await Sandbox.getMetrics(sbx.sandboxId, { end: new Date(Date.now() - 3_600_000) }), [])
+  await sbx.pause()
+  assert.deepEqual(await sbx.getMetrics(), [])
+  await assert.rejects(Sandbox.getMetrics('sb-000000000000'), SandboxNotFoundError)
+})
+
 test('kill: true, then false', async () => {
   const sbx = await create()
   assert.equal(await sbx.kill(), true)
