@@ -278,13 +278,18 @@ func (d *Daemon) logf(format string, args ...any) {
 	d.owner.Logf(format, args...)
 }
 
-// Restart (re)starts the daemon process on the same data dir and address.
-// The shared daemon refuses, as for Stop.
+// Restart (re)starts the daemon process on the same data dir and address:
+// a running one is stopped first (SIGTERM), so that the new process is the
+// one that answers. The shared daemon refuses, as for Stop.
 func (d *Daemon) Restart() {
 	if d.owner == nil {
 		d.fatalf("Restart: other tests use this daemon; start one of your own with Start")
 	}
 	d.owner.Helper()
+	// Starting beside a running daemon would fail to listen while the
+	// old one kept answering: the "restart" tested nothing and the old
+	// process outlived the test.
+	d.stop(syscall.SIGTERM)
 	if err := d.start(); err != nil {
 		d.fatalf("%v", err)
 	}

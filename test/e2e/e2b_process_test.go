@@ -61,6 +61,7 @@ func TestE2BPty(t *testing.T) {
 func TestE2BCommandsConnectAfterRestart(t *testing.T) {
 	t.Parallel()
 	d := testdaemon.Start(t)
+	t.Cleanup(d.Close)
 	_, env := e2bProcessEnv(t, d)
 	out := runE2BNodeOn(t, d, "commands_restart.test.mjs", append(env, "PHASE=start")...)
 	m := regexp.MustCompile(`PID=(\d+)`).FindStringSubmatch(out)
