@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -27,13 +28,6 @@ func newAccountsAgent(t *testing.T) *testAgent {
 		t.Fatal(err)
 	}
 	return newTestAgent(t, func(o *Options) { o.EtcDir = etc })
-}
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
-	}
 }
 
 func ownerOf(t *testing.T, p string) (int, int) {
@@ -61,7 +55,7 @@ func TestLookupUser(t *testing.T) {
 
 func TestWriteMkdirMoveAsUser(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	testenv.RequireRoot(t, "chown")
 	a := newAccountsAgent(t)
 	own := []string{"uid", "1000", "gid", "1000"}
 	a.call("PUT", "/v1/files", q(append([]string{"path", "new/dir/f.txt"}, own...)...), "hi", 200, nil)
@@ -117,7 +111,7 @@ func readEntries(t *testing.T, a *testAgent, path string, depth string) ([]wire.
 
 func TestEntriesDepth(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	testenv.RequireRoot(t, "chown")
 	a := newAccountsAgent(t)
 	for _, p := range []string{"d/a.txt", "d/sub/b.txt", "d/sub/deep/c.txt"} {
 		a.call("PUT", "/v1/files", q("path", p, "uid", "1000", "gid", "1000"), "x", 200, nil)
