@@ -355,6 +355,20 @@ func (c *Conn) Do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// Send is Do for callers that want only a 2xx answer: any other answer
+// is read as Do reads it and returned as its *errdefs.RemoteError.
+func (c *Conn) Send(req *http.Request) (*http.Response, error) {
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, errdefs.Read(resp)
+	}
+	return resp, nil
+}
+
 // ReadError reads the error document of an answer that did not come
 // through Do (a reverse proxy's, through Transport) as Do's are read: at
 // most maxErrorBody, under the decode budget.

@@ -219,14 +219,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id, method, age
 		}
 		req.Header.Set("Content-Type", ct)
 	}
-	resp, err := conn.Do(req)
+	resp, err := conn.Send(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return errdefs.Read(resp)
-	}
 	// Only headers that describe the body pass; the agent is untrusted and
 	// must not set cookies or redirects on the API's origin.
 	for _, h := range []string{"Content-Type", "Content-Length", "Content-Range"} {

@@ -154,14 +154,11 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.conn.Do(req)
+	resp, err := c.conn.Send(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return errdefs.Read(resp)
-	}
 	h := w.Header()
 	h.Set("Vary", "Accept-Encoding")
 	// The sandbox's bytes are served on the daemon's origin: never as
@@ -403,14 +400,11 @@ func (s *Server) writeOne(r *http.Request, c *fsCall, target string, body io.Rea
 		req.ContentLength = r.ContentLength
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.conn.Do(req)
+	resp, err := c.conn.Send(req)
 	if err != nil {
 		return writtenFile{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return writtenFile{}, errdefs.Read(resp)
-	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	return writtenFile{Path: p, Name: path.Base(p), Type: "file", Metadata: c.metadata}, nil
 }

@@ -291,14 +291,11 @@ func (c *fsCall) entries(ctx context.Context, p string, depth int, fn func(wire.
 	if err != nil {
 		return err
 	}
-	resp, err := c.conn.Do(req)
+	resp, err := c.conn.Send(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return errdefs.Read(resp)
-	}
 	lines := newLineReader(resp.Body)
 	for {
 		b, err := lines.next()
@@ -450,16 +447,14 @@ func (s *Server) fsRemove(r *http.Request, req *pathRequest) (*fsEmpty, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.conn.Do(req2)
+	resp, err := c.conn.Send(req2)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return &fsEmpty{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		if err := errdefs.Read(resp); !errors.Is(err, errdefs.ErrNotFound) {
-			return nil, err
-		}
-	}
+	resp.Body.Close()
 	return &fsEmpty{}, nil
 }
 
@@ -566,13 +561,9 @@ func (c *fsCall) openWatch(ctx context.Context, root string, recursive bool) (io
 	if err != nil {
 		return nil, nil, err
 	}
-	resp, err := c.conn.Do(req)
+	resp, err := c.conn.Send(req)
 	if err != nil {
 		return nil, nil, err
-	}
-	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		return nil, nil, errdefs.Read(resp)
 	}
 	lines := newLineReader(resp.Body)
 	for {

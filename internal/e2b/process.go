@@ -253,14 +253,11 @@ func (s *Server) relay(r *http.Request, st *Stream, conn *agentconn.Conn, method
 	if body != nil {
 		areq.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := conn.Do(areq)
+	resp, err := conn.Send(areq)
 	if err != nil {
-		return err
+		return agentError(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return agentError(errdefs.Read(resp))
-	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	typ, p, err := wire.ReadTerminalFrame(br, maxFrame)
 	if err != nil {
@@ -387,14 +384,11 @@ func (s *Server) agentCall(r *http.Request, sel processSelector, what string, bo
 	if err != nil {
 		return err
 	}
-	resp, err := conn.Do(areq)
+	resp, err := conn.Send(areq)
 	if err != nil {
-		return err
+		return agentError(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return agentError(errdefs.Read(resp))
-	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	return nil
 }
