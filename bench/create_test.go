@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,6 +58,7 @@ func BenchmarkCreateReady(b *testing.B) {
 	dockerOnce()
 	hc, dr = nil, nil
 
+	before := metricsText(b, d)
 	b.ResetTimer()
 	for i := range createSamples {
 		if i%2 == 0 {
@@ -76,8 +78,85 @@ func BenchmarkCreateReady(b *testing.B) {
 	tb.Row("docker run -d (CLI)", itoa(r.N), Ms(r.P50), Ms(r.P95), Ms(r.Min), Ms(r.Max))
 	tb.Note("ratio p50(hotcell)/p50(docker run) = %.2fx (target <= 1.5x): %s", ratio, verdict(ratio <= 1.5))
 	report(b, tb)
+	after := metricsText(b, d)
+	steps := stepTable("create", before, after)
+	fmt.Println(steps.String())
 
 	b.ReportMetric(float64(h.P50)/1e6, "hotcell-p50-ms")
 	b.ReportMetric(float64(r.P50)/1e6, "dockerrun-p50-ms")
 	b.ReportMetric(ratio, "hotcell/dockerrun-x")
+}
+
+const destroySamples = 10
+
+// BenchmarkDestroy is the latency of SDK DeleteSandbox of an idle running
+// busybox sandbox until it returns (the box, its workspace, firewall rules,
+// run dir and record are gone) against `docker rm -f` of a running
+// `docker run -d IMAGE sleep 1000` container. Each sample's sandbox and
+// container are made untimed just before; samples are interleaved,
+// alternating which goes first. Target: p50(hotcell) <= 90 ms.
+func BenchmarkDestroy(b *testing.B) {
+	requireDockerCLI(b)
+	d := startDaemon(b)
+	removeLabelled(b, "destroy")
+	ctx := b.Context()
+
+	var hc, dr []time.Duration
+	hotcellOnce := func() {
+		sb, err := d.C.CreateSandbox(ctx, hotcell.CreateSandboxRequest{Image: d.Image, Labels: map[string]string{"bench": "destroy"}})
+		if err != nil {
+			b.Fatalf("create sandbox: %v\n%s", err, d.Logs())
+		}
+		t0 := time.Now()
+		err = d.C.DeleteSandbox(ctx, sb.ID)
+		el := time.Since(t0)
+		if err != nil {
+			b.Fatalf("delete sandbox: %v\n%s", err, d.Logs())
+		}
+		hc = append(hc, el)
+	}
+	dockerOnce := func() {
+		id, err := dockerCLI(ctx, "run", "-d", "--label", benchLabel+"=destroy", d.Image, "sleep", "1000")
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		_, err = dockerCLI(ctx, "rm", "-f", id)
+		el := time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dr = append(dr, el)
+	}
+	hotcellOnce()
+	dockerOnce()
+	hc, dr = nil, nil
+
+	before := metricsText(b, d)
+	b.ResetTimer()
+	for i := range destroySamples {
+		if i%2 == 0 {
+			hotcellOnce()
+			dockerOnce()
+		} else {
+			dockerOnce()
+			hotcellOnce()
+		}
+	}
+	b.StopTimer()
+
+	h, r := Summarize(hc), Summarize(dr)
+	ratio := Ratio(h.P50, r.P50)
+	tb := Table{Title: "destroy a running sandbox (ms)", Head: []string{"path", "n", "p50", "p95", "min", "max"}}
+	tb.Row("hotcell DeleteSandbox", itoa(h.N), Ms(h.P50), Ms(h.P95), Ms(h.Min), Ms(h.Max))
+	tb.Row("docker rm -f (CLI)", itoa(r.N), Ms(r.P50), Ms(r.P95), Ms(r.Min), Ms(r.Max))
+	tb.Note("ratio p50(hotcell)/p50(docker rm -f) = %.2fx", ratio)
+	tb.Note("hotcell destroy p50 %s ms (target <= 90 ms): %s", Ms(h.P50), verdict(h.P50 <= 90*time.Millisecond))
+	report(b, tb)
+	steps := stepTable("destroy", before, metricsText(b, d))
+	fmt.Println(steps.String())
+
+	b.ReportMetric(float64(h.P50)/1e6, "hotcell-p50-ms")
+	b.ReportMetric(float64(r.P50)/1e6, "dockerrm-p50-ms")
+	b.ReportMetric(ratio, "hotcell/dockerrm-x")
 }

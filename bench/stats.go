@@ -240,3 +240,46 @@ func (t *Table) String() string {
 	}
 	return strings.TrimSuffix(sb.String(), "\n")
 }
+
+// StepTotals are the sum (seconds) and count of one step's histogram.
+type StepTotals struct {
+	Sum   float64
+	Count float64
+}
+
+// ParseSteps reads the hotcell_<op>_step_seconds histogram's _sum and
+// _count per step out of a Prometheus text exposition. Steps appear in
+// the order the exposition first names them.
+func ParseSteps(text, op string) (steps []string, totals map[string]StepTotals) {
+	totals = map[string]StepTotals{}
+	prefix := "hotcell_" + op + "_step_seconds_"
+	for line := range strings.Lines(text) {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		kind, rest, ok := strings.Cut(rest, `{step="`)
+		if !ok || (kind != "sum" && kind != "count") {
+			continue
+		}
+		step, val, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			continue
+		}
+		t, seen := totals[step]
+		if !seen {
+			steps = append(steps, step)
+		}
+		if kind == "sum" {
+			t.Sum = v
+		} else {
+			t.Count = v
+		}
+		totals[step] = t
+	}
+	return steps, totals
+}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,31 @@ func TestTable(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("table %q lacks %q", got, want)
 		}
+	}
+}
+
+func TestParseSteps(t *testing.T) {
+	text := `# HELP hotcell_create_step_seconds Duration
+# TYPE hotcell_create_step_seconds histogram
+hotcell_create_step_seconds_bucket{step="agent",le="0.001"} 0
+hotcell_create_step_seconds_sum{step="agent"} 0.25
+hotcell_create_step_seconds_count{step="agent"} 5
+hotcell_create_step_seconds_sum{step="record"} 1.5e-02
+hotcell_create_step_seconds_count{step="record"} 5
+hotcell_destroy_step_seconds_sum{step="agent"} 9
+hotcell_destroy_step_seconds_count{step="agent"} 1
+`
+	steps, got := ParseSteps(text, "create")
+	if want := []string{"agent", "record"}; !slices.Equal(steps, want) {
+		t.Errorf("steps = %v, want %v", steps, want)
+	}
+	if g := got["agent"]; g.Sum != 0.25 || g.Count != 5 {
+		t.Errorf("agent = %+v, want sum 0.25 count 5", g)
+	}
+	if g := got["record"]; g.Sum != 0.015 || g.Count != 5 {
+		t.Errorf("record = %+v, want sum 0.015 count 5", g)
+	}
+	if _, ok := got["destroy"]; ok {
+		t.Errorf("destroy's steps leaked into create's")
 	}
 }

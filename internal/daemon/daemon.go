@@ -113,7 +113,17 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	// The sampler keeps each sandbox's previous reading, so CPU % is a
 	// delta whoever asks: an API call, a stream or a metrics scrape.
 	sampler := metrics.NewSampler(drv)
-	mgr := sandbox.New(drv, st, sandbox.Options{
+	// The metrics come first, so the manager can time its steps into
+	// them; their sandbox listing runs only at a scrape, once mgr is set.
+	var mgr *sandbox.Manager
+	mets := metrics.New(metrics.Options{
+		Sandboxes: func(ctx context.Context) ([]wire.Sandbox, error) { return mgr.List(ctx, sandbox.ListFilter{}) },
+		Stats:     sampler.Sample,
+		Log:       log,
+	})
+	mets.Registry().MustRegister(gw.Collector())
+	mets.Registry().MustRegister(eg.Collector())
+	mgr = sandbox.New(drv, st, sandbox.Options{
 		DataDir:         cfg.DataDir,
 		AgentBinary:     agentPath,
 		DefaultImage:    cfg.DefaultImage,
@@ -130,6 +140,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		DefaultLimits:  cfg.DefaultLimits,
 		MaxLimits:      cfg.MaxLimits,
 		DefaultRuntime: cfg.DefaultRuntime,
+		Steps:          mets.ObserveStep,
 	})
 	defer mgr.Close() // also when a later step of the start fails
 	if err := mgr.Recover(ctx); err != nil {
@@ -139,14 +150,6 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if err != nil {
 		return err
 	}
-
-	mets := metrics.New(metrics.Options{
-		Sandboxes: func(ctx context.Context) ([]wire.Sandbox, error) { return mgr.List(ctx, sandbox.ListFilter{}) },
-		Stats:     sampler.Sample,
-		Log:       log,
-	})
-	mets.Registry().MustRegister(gw.Collector())
-	mets.Registry().MustRegister(eg.Collector())
 
 	keys := apikeys.New(st, log)
 	e2bSrv, err := newE2B(cfg, token, keys, mgr, log)

@@ -44,6 +44,7 @@ type Daemon struct {
 	destroys *prometheus.CounterVec
 	execs    *prometheus.CounterVec
 	execTime prometheus.Histogram
+	steps    map[string]*prometheus.HistogramVec // by op: create, destroy
 }
 
 // Route patterns the request observer turns into lifecycle and exec
@@ -95,6 +96,15 @@ func New(opts Options) *Daemon {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 	}
+	d.steps = map[string]*prometheus.HistogramVec{}
+	for _, op := range []string{"create", "destroy"} {
+		d.steps[op] = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hotcell_" + op + "_step_seconds",
+			Help:    "Duration of each step of a sandbox " + op + " (the steps of one add up to the whole).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"step"})
+		d.reg.MustRegister(d.steps[op])
+	}
 	for _, r := range []string{"ok", "error"} {
 		// Present from the start, so rate() has a zero to start from.
 		d.creates.WithLabelValues(r)
@@ -117,6 +127,14 @@ func (d *Daemon) Handler() http.Handler {
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: 4,
 	})
+}
+
+// ObserveStep records how long one step of a create or destroy took (a
+// sandbox.StepObserver). Steps of other operations are ignored.
+func (d *Daemon) ObserveStep(op, step string, took time.Duration) {
+	if h, ok := d.steps[op]; ok {
+		h.WithLabelValues(step).Observe(took.Seconds())
+	}
 }
 
 // Registry is for tests and for registering more collectors.

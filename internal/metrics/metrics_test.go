@@ -145,6 +145,9 @@ func TestDaemonMetrics(t *testing.T) {
 		d.ObserveRequest(r, rec.Code, 3*time.Millisecond)
 	}
 	d.ObserveRequest(httptest.NewRequest("GET", "/v1/x", nil), 401, time.Millisecond)
+	d.ObserveStep("create", "agent", 2*time.Millisecond)
+	d.ObserveStep("destroy", "egress", 4*time.Millisecond)
+	d.ObserveStep("pause", "agent", time.Second) // not an op with steps: ignored
 
 	out := scrape(t, d)
 	for _, want := range []string{
@@ -166,6 +169,9 @@ func TestDaemonMetrics(t *testing.T) {
 		`hotcell_http_requests_total{code="201",method="POST",route="/v1/sandboxes"} 1`,
 		`hotcell_http_requests_total{code="200",method="POST",route="/v1/sandboxes/{id}/exec"} 2`,
 		`hotcell_http_requests_total{code="401",method="GET",route="none"} 1`,
+		`hotcell_create_step_seconds_count{step="agent"} 1`,
+		`hotcell_create_step_seconds_sum{step="agent"} 0.002`,
+		`hotcell_destroy_step_seconds_count{step="egress"} 1`,
 		`go_goroutines `,
 		`process_resident_memory_bytes `,
 	} {
@@ -173,7 +179,7 @@ func TestDaemonMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	for _, bad := range []string{`sandbox="stop1"`, `sandbox="gone"`, `/v1/sandboxes/a`} {
+	for _, bad := range []string{`sandbox="stop1"`, `sandbox="gone"`, `/v1/sandboxes/a`, `hotcell_pause_step`} {
 		if strings.Contains(out, bad) {
 			t.Errorf("metrics contain %q", bad)
 		}

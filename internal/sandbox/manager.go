@@ -72,6 +72,9 @@ type Options struct {
 	// DefaultRuntime is the runtime of a create that names none
 	// (wire.RuntimeRunc when empty).
 	DefaultRuntime string
+	// Steps, when set, learns how long each step of a create and a
+	// destroy took (steps.go).
+	Steps StepObserver
 }
 
 // Manager drives sandboxes through their lifecycle.
@@ -189,6 +192,8 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		return wire.Sandbox{}, err
 	}
 	defer end()
+	clock := m.clock("create", m.log)
+	defer clock.done()
 	image := req.Image
 	if image == "" {
 		image = m.opts.DefaultImage
@@ -213,6 +218,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if err := m.drv.EnsureImage(ctx, image, progress); err != nil {
 		return wire.Sandbox{}, err
 	}
+	clock.step("resolve")
 
 	now := time.Now().UTC()
 	sb := wire.Sandbox{
@@ -243,9 +249,11 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		return wire.Sandbox{}, err
 	}
 	defer endDetached()
+	ctx = clock.trace(ctx)
 	if err := m.store.Put(ctx, sb); err != nil {
 		return wire.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
+	clock.step("record")
 	fail := func(err error) (wire.Sandbox, error) {
 		if cause := context.Cause(ctx); cause != nil {
 			err = fmt.Errorf("%w (%w; the create was cancelled and removed)", err, cause)
@@ -266,6 +274,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if err != nil {
 		return fail(err)
 	}
+	clock.step("listen")
 	spec := driver.Spec{
 		ID:            sb.ID,
 		Image:         image,
@@ -282,6 +291,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if err := m.grantGateway(ctx, &spec, req.Gateway); err != nil {
 		return fail(err)
 	}
+	clock.step("gateway")
 	if err := m.drv.Create(ctx, spec); err != nil {
 		if errors.Is(err, errdefs.ErrInvalidArgument) {
 			m.rts.forget() // the runtime may have gone since it was checked
@@ -294,9 +304,11 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if err := m.applyEgress(ctx, sb); err != nil {
 		return fail(err)
 	}
+	clock.step("egress")
 	if err := m.waitAgent(ctx, sb.ID, conn); err != nil {
 		return fail(err)
 	}
+	clock.step("agent")
 	if co.Populate != nil {
 		if err := co.Populate(ctx, sb.ID, conn); err != nil {
 			return fail(err)
@@ -336,11 +348,14 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	}
 	sb.State = wire.StateRunning
 	sb.UpdatedAt = time.Now().UTC()
+	clock.step("setup")
 	if err := m.store.Put(ctx, sb); err != nil {
 		return fail(fmt.Errorf("record sandbox: %w", err))
 	}
+	clock.step("record_running")
 	log.Info("sandbox created", "image", image, "runtime", runtime)
 	m.Event(ctx, sb.ID, wire.SandboxEventCreated, "", map[string]string{"image": image, "runtime": runtime})
+	clock.step("event")
 	return m.withDeadlines(sb), nil
 }
 
@@ -374,21 +389,25 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 	if err := m.forgetEgress(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
+	driver.TraceStep(ctx, "egress")
 	if err := m.forgetGateway(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
+	driver.TraceStep(ctx, "gateway")
 	if err := m.drv.Destroy(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("destroy box: %w", err))
 	}
 	if err := os.RemoveAll(filepath.Join(m.opts.DataDir, "sandboxes", id)); err != nil {
 		errs = append(errs, fmt.Errorf("remove run dir: %w", err))
 	}
+	driver.TraceStep(ctx, "run_dir")
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 	if err := m.store.Delete(ctx, id); err != nil {
 		return fmt.Errorf("delete record: %w", err)
 	}
+	driver.TraceStep(ctx, "delete_record")
 	return nil
 }
 
@@ -429,7 +448,12 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 	defer end()
 	unlock := m.lock(id)
 	defer unlock()
-	if _, err := m.store.Get(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
+	clock := m.clock("destroy", m.log.With("sandbox", id))
+	defer clock.done()
+	ctx = clock.trace(ctx)
+	_, err = m.store.Get(ctx, id)
+	clock.step("lookup")
+	if errors.Is(err, errdefs.ErrNotFound) {
 		// No record: still remove anything of ours by that id.
 		return m.teardown(ctx, id)
 	} else if err != nil {
@@ -441,6 +465,7 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 	}
 	m.log.Info("sandbox destroyed", "sandbox", id)
 	m.Event(ctx, id, wire.SandboxEventDestroyed, "", nil)
+	clock.step("event")
 	return nil
 }
 

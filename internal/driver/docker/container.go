@@ -92,6 +92,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 		if err != nil {
 			return fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 		}
+		driver.TraceStep(ctx, "disk")
 		if created {
 			defer func() {
 				if err == nil {
@@ -130,6 +131,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 			Source: VolumeName(spec.ID),
 			Target: WorkspaceDir,
 		})
+		driver.TraceStep(ctx, "volume")
 	}
 	_, err = d.c.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name:       ContainerName(spec.ID),
@@ -147,6 +149,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 		}
 		return err
 	}
+	driver.TraceStep(ctx, "container_create")
 	return nil
 }
 
@@ -311,6 +314,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		}
 	}
 	_, err := d.c.ContainerStart(ctx, ContainerName(id), client.ContainerStartOptions{})
+	driver.TraceStep(ctx, "container_start")
 	return classify("start container "+ContainerName(id), err)
 }
 
@@ -373,12 +377,16 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return classify("remove container "+ContainerName(id), err)
 	}
+	driver.TraceStep(ctx, "container_remove")
 	if d.disks != nil {
 		if err := d.disks.Remove(ctx, id); err != nil {
 			return err
 		}
+		driver.TraceStep(ctx, "disk")
 	}
-	return d.removeWorkspace(ctx, id)
+	err = d.removeWorkspace(ctx, id)
+	driver.TraceStep(ctx, "volume")
+	return err
 }
 
 // Inspect reports the box; a box that does not exist is BoxMissing.

@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/hotcell/hotcell/internal/testdaemon"
+)
+
+// stepOrder is the order the daemon takes each operation's steps in
+// (internal/sandbox/manager.go); the exposition sorts them by name.
+var stepOrder = map[string][]string{
+	"create":  {"resolve", "record", "listen", "gateway", "disk", "volume", "container_create", "container_start", "egress", "agent", "setup", "record_running", "event"},
+	"destroy": {"lookup", "egress", "gateway", "container_remove", "disk", "volume", "run_dir", "delete_record", "event"},
+}
+
+// metricsText scrapes the daemon's /metrics.
+func metricsText(b *testing.B, d *testdaemon.Daemon) string {
+	b.Helper()
+	text, err := d.C.Metrics(b.Context())
+	if err != nil {
+		b.Fatalf("scrape metrics: %v", err)
+	}
+	return text
+}
+
+// stepTable is where the time of the op ("create", "destroy") went
+// between two scrapes: the mean of each step (hotcell_<op>_step_seconds),
+// in the order the daemon takes them. The steps add up to the whole
+// operation inside the daemon; the rest of what the client saw is HTTP.
+func stepTable(op, before, after string) Table {
+	_, was := ParseSteps(before, op)
+	named, now := ParseSteps(after, op)
+	steps := stepOrder[op]
+	for _, s := range named {
+		if !slices.Contains(steps, s) {
+			steps = append(steps, s)
+		}
+	}
+	tb := Table{Title: fmt.Sprintf("where a %s's time goes in the daemon (mean ms per step)", op), Head: []string{"step", "n", "mean"}}
+	var total float64
+	for _, s := range steps {
+		n := now[s].Count - was[s].Count
+		if n <= 0 {
+			continue
+		}
+		mean := (now[s].Sum - was[s].Sum) / n * 1000
+		total += mean
+		tb.Row(s, fmt.Sprint(int(n)), fmt.Sprintf("%.3f", mean))
+	}
+	tb.Row("total", "", fmt.Sprintf("%.3f", total))
+	return tb
+}

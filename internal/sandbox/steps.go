@@ -1,0 +1,60 @@
+package sandbox
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/driver"
+)
+
+// StepObserver learns how long each step of a create or a destroy took
+// (op is "create" or "destroy"); the daemon feeds it into
+// hotcell_create_step_seconds and hotcell_destroy_step_seconds.
+type StepObserver func(op, step string, d time.Duration)
+
+// stepClock times the steps of one operation: each step lasts from the end
+// of the one before (or the operation's start) to its own end, so the steps
+// add up to the whole. The driver's own steps arrive through the context
+// (driver.TraceStep).
+type stepClock struct {
+	op  string
+	obs StepObserver
+	log *slog.Logger
+
+	mu          sync.Mutex
+	start, last time.Time
+	took        []any
+}
+
+func (m *Manager) clock(op string, log *slog.Logger) *stepClock {
+	now := time.Now()
+	return &stepClock{op: op, obs: m.opts.Steps, log: log, start: now, last: now}
+}
+
+// trace returns ctx with the clock as its driver step trace.
+func (c *stepClock) trace(ctx context.Context) context.Context {
+	return driver.WithStepTrace(ctx, c.step)
+}
+
+// step ends the current step under name.
+func (c *stepClock) step(name string) {
+	now := time.Now()
+	c.mu.Lock()
+	d := now.Sub(c.last)
+	c.last = now
+	c.took = append(c.took, name, d)
+	c.mu.Unlock()
+	if c.obs != nil {
+		c.obs(c.op, name, d)
+	}
+}
+
+// done logs every step's duration at debug level.
+func (c *stepClock) done() {
+	c.mu.Lock()
+	args := append([]any{"op", c.op, "total", time.Since(c.start)}, c.took...)
+	c.mu.Unlock()
+	c.log.Debug("lifecycle steps", args...)
+}
