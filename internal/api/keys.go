@@ -25,6 +25,9 @@ type APIKeys interface {
 type caller struct {
 	admin bool
 	key   string
+	// session is the web console session the request came with; nil for
+	// a bearer token.
+	session *session
 }
 
 type callerKey struct{}

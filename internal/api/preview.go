@@ -134,7 +134,10 @@ func errPreviewAuth(port int) error {
 // anyone else. setCookie says to hand the token back as a cookie; byCookie
 // says the preview cookie was the credential that let r in.
 func (s *Server) previewAccess(r *http.Request, id string, port int, parseErr error, byHost bool) (setCookie string, byCookie bool, err error) {
-	_, bearer := s.authenticate(r) // the daemon's token or an API key
+	// The daemon's token or an API key, never the console's session: a
+	// console page must not open previews on the API's origin by cookie.
+	_, authErr := s.authenticateBearer(r)
+	bearer := authErr == nil
 	tok, fromQuery := presentedPreviewToken(r, byHost)
 	var cookie string
 	if byHost {

@@ -6,7 +6,6 @@ package api
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -48,6 +47,9 @@ type Options struct {
 	// PreviewDomain serves {port}-{id}.<PreviewDomain> as the HTTP preview
 	// of that port; empty turns previews by host name off.
 	PreviewDomain string
+	// ConsoleSessionTTL is how long a web console sign-in lasts
+	// (DefaultConsoleSessionTTL when 0).
+	ConsoleSessionTTL time.Duration
 	// PreviewTokenTTL is how long a preview token from preview-url lasts
 	// (DefaultPreviewTokenTTL when 0).
 	PreviewTokenTTL time.Duration
@@ -87,9 +89,10 @@ type Options struct {
 
 // Server is the HTTP API.
 type Server struct {
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
+	opts     Options
+	log      *slog.Logger
+	mux      *http.ServeMux
+	sessions *sessions
 }
 
 // New builds the API server.
@@ -109,7 +112,10 @@ func New(opts Options) *Server {
 	if opts.StreamWriteTimeout <= 0 {
 		opts.StreamWriteTimeout = ndjson.DefaultWriteTimeout
 	}
-	s := &Server{opts: opts, log: opts.Log.With("component", "api"), mux: http.NewServeMux()}
+	if opts.ConsoleSessionTTL <= 0 {
+		opts.ConsoleSessionTTL = DefaultConsoleSessionTTL
+	}
+	s := &Server{opts: opts, log: opts.Log.With("component", "api"), mux: http.NewServeMux(), sessions: newSessions()}
 	s.routes()
 	return s
 }
@@ -159,6 +165,7 @@ func (s *Server) routes() {
 	s.gatewayRoutes()
 	s.keyRoutes()
 	s.templateRoutes()
+	s.sessionRoutes()
 
 	// Anything else under the API gets a JSON 404 rather than the mux's text.
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) error {
@@ -207,13 +214,17 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 		// {port}-{id}.<preview domain>: the preview checks its own credentials.
 	} else if s.opts.E2B != nil && (r.URL.Path == e2bPrefix || strings.HasPrefix(r.URL.Path, e2bPrefix+"/")) {
 		http.StripPrefix(e2bPrefix, s.opts.E2B).ServeHTTP(rw, r)
-	} else if _, pattern := s.mux.Handler(r); r.URL.Path == "/healthz" || strings.HasSuffix(pattern, previewPathSuffix) {
-		// Open, or a preview that checks its own credentials.
+	} else if r.URL.Path == consolePrefix || strings.HasPrefix(r.URL.Path, consolePrefix+"/") {
+		// The console's static files: no data, so no credentials.
+		serveConsole(rw, r)
+	} else if _, pattern := s.mux.Handler(r); r.URL.Path == "/healthz" || strings.HasSuffix(pattern, previewPathSuffix) || pattern == "POST /v1/session" {
+		// Open, a preview that checks its own credentials, or the
+		// console's sign-in, which checks the key it is given.
 		s.touch(r)
 		s.mux.ServeHTTP(rw, r)
-	} else if c, ok := s.authenticate(r); !ok {
+	} else if c, err := s.authenticate(r); err != nil {
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="hotcell"`)
-		errdefs.Write(rw, fmt.Errorf("missing or wrong bearer token: send Authorization: Bearer <token from the data dir's token file, or an API key from hotcell keys create>: %w", errdefs.ErrUnauthenticated), rid)
+		errdefs.Write(rw, err, rid)
 	} else {
 		rw.apiKey = c.key
 		withCaller := r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
@@ -232,23 +243,23 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 const e2bPrefix = "/e2b"
 
 // authenticate accepts the daemon's token or, when keys are enabled, an API
-// key, as Authorization: Bearer.
-func (s *Server) authenticate(r *http.Request) (caller, bool) {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || tok == "" {
-		return caller{}, false
+// key, as Authorization: Bearer; without that header, a web console
+// session's cookie (with its CSRF and Origin checks, session.go).
+func (s *Server) authenticate(r *http.Request) (caller, error) {
+	if r.Header.Get("Authorization") == "" {
+		return s.authenticateSession(r)
 	}
-	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) == 1 {
-		return caller{admin: true}, true
+	return s.authenticateBearer(r)
+}
+
+// authenticateBearer accepts only Authorization: Bearer.
+func (s *Server) authenticateBearer(r *http.Request) (caller, error) {
+	h := r.Header.Get("Authorization")
+	tok, _ := strings.CutPrefix(h, "Bearer ")
+	if c, ok := s.verify(r, tok); ok && tok != h {
+		return c, nil
 	}
-	if s.opts.APIKeys == nil {
-		return caller{}, false
-	}
-	name, ok := s.opts.APIKeys.Verify(r.Context(), tok)
-	if !ok {
-		return caller{}, false
-	}
-	return caller{key: name}, true
+	return caller{}, errNoCredentials
 }
 
 type requestIDKey struct{}

@@ -101,6 +101,8 @@ type Config struct {
 	PreviewDomain string
 	// PreviewTokenTTL: how long a preview token (preview-url) lasts.
 	PreviewTokenTTL time.Duration
+	// ConsoleSessionTTL: how long a web console sign-in (/ui/) lasts.
+	ConsoleSessionTTL time.Duration
 	// E2BTemplates maps E2B template ids to images, "id=image,..." (e2b.go);
 	// "base" is DefaultImage unless it is mapped here.
 	E2BTemplates string
@@ -204,6 +206,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.PreviewDomain }},
 	{"preview_token_ttl", kindDuration, "how long a preview token from preview-url lasts; each token opens one port of one sandbox",
 		func(c *Config) any { return &c.PreviewTokenTTL }},
+	{"console_session_ttl", kindDuration, "how long a sign-in to the web console (/ui/) lasts before the browser must sign in again",
+		func(c *Config) any { return &c.ConsoleSessionTTL }},
 	{"e2b_templates", kindString, "comma-separated E2B template ids and the images they mean, id=image (e.g. code-interpreter-v1=myorg/ci:latest); base is default_image unless named here, and other ids are taken as image names (docs/e2b.md)",
 		func(c *Config) any { return &c.E2BTemplates }},
 	{"default_limits", kindLimits, "limits of a sandbox whose create gives none, per field: " + limitsSyntax + "; fields not named keep this default; disk is the size of /workspace and the most the root filesystem's writable layer may take",
@@ -273,6 +277,7 @@ func Default() Config {
 		EngineRestart:       "restart",
 		PreviewDomain:       DefaultPreviewDomain,
 		PreviewTokenTTL:     24 * time.Hour,
+		ConsoleSessionTTL:   12 * time.Hour,
 		DefaultLimits:       DefaultSandboxLimits,
 		MaxLimits:           DefaultMaxLimits,
 		BackupMaxSize:       DefaultBackupMaxSize,
@@ -542,6 +547,7 @@ func (c *Config) Validate() error {
 		{"shutdown_timeout", c.ShutdownTimeout},
 		{"stream_write_timeout", c.StreamWriteTimeout},
 		{"preview_token_ttl", c.PreviewTokenTTL},
+		{"console_session_ttl", c.ConsoleSessionTTL},
 		{"disk_check_interval", c.DiskCheckInterval},
 	} {
 		if d.v <= 0 {
@@ -739,6 +745,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
 		slog.Duration("stream_write_timeout", c.StreamWriteTimeout),
 		slog.Duration("preview_token_ttl", c.PreviewTokenTTL),
+		slog.Duration("console_session_ttl", c.ConsoleSessionTTL),
 		slog.String("preview_domain", c.PreviewDomain),
 		slog.String("e2b_templates", c.E2BTemplates),
 		slog.String("default_limits", FormatLimits(c.DefaultLimits)),

@@ -73,6 +73,7 @@ func TestDefaults(t *testing.T) {
 		StreamWriteTimeout: time.Minute,
 		PreviewDomain:      "preview.localhost",
 		PreviewTokenTTL:    24 * time.Hour,
+		ConsoleSessionTTL:  12 * time.Hour,
 		IdleAction:         "stop",
 		LifetimeAction:     "destroy",
 		OrphanGrace:        10 * time.Minute,

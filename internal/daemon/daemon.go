@@ -165,6 +165,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		StreamWriteTimeout: cfg.StreamWriteTimeout,
 		PreviewDomain:      cfg.PreviewDomain,
 		PreviewTokenTTL:    cfg.PreviewTokenTTL,
+		ConsoleSessionTTL:  cfg.ConsoleSessionTTL,
 		AllowLocalRepos:    cfg.AllowLocalRepos,
 		Hosts:              api.NewHostAllowlist(cfg.ListenHost(), cfg.PreviewDomain, cfg.AllowedHostList()),
 		Metrics:            mets.Handler(),
