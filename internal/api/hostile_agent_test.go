@@ -296,3 +296,37 @@ func TestProxyHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileAgentPageOnAPIOrigin: an agent that answers a file read (or a
+// process log) as an HTML page with a script must not get that script run
+// on the API's origin, which is also the web console's, whose session
+// cookie the browser sends there. Every API answer says "sandbox" in its
+// Content-Security-Policy, so a browser that opens it gives it an opaque
+// origin and no scripts; the preview by path keeps its own policy, which
+// lets the app's scripts run (without the API's origin).
+func TestHostileAgentPageOnAPIOrigin(t *testing.T) {
+	t.Parallel()
+	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = io.WriteString(w, `<script>fetch("/v1/session").then(r=>r.json()).then(s=>fetch("/v1/sandboxes",{method:"POST",headers:{"X-Hotcell-CSRF":s.csrf}}))</script>`)
+	})
+	srv := hostileServer(t, page)
+	for _, path := range []string{
+		"/v1/sandboxes/" + hostileID + "/files?path=/workspace/index.html",
+		"/v1/sandboxes/" + hostileID + "/processes/p1/logs",
+		"/v1/sandboxes/no-such/files?path=<script>",
+	} {
+		resp, _ := apiGet(t, srv, path, nil)
+		csp := resp.Header.Values("Content-Security-Policy")
+		if len(csp) != 1 || csp[0] != apiCSP {
+			t.Errorf("GET %s (%d): Content-Security-Policy %q, want only %q", path, resp.StatusCode, csp, apiCSP)
+		}
+		if v := resp.Header.Get("X-Content-Type-Options"); v != "nosniff" {
+			t.Errorf("GET %s: X-Content-Type-Options %q, want nosniff", path, v)
+		}
+	}
+	resp, _ := apiGet(t, srv, "/v1/sandboxes/"+hostileID+"/ports/8000/http/", nil)
+	if csp := resp.Header.Values("Content-Security-Policy"); len(csp) != 1 || csp[0] != PreviewPathCSP {
+		t.Errorf("preview by path: Content-Security-Policy %q, want only %q (its scripts run, in an opaque origin)", csp, PreviewPathCSP)
+	}
+}

@@ -209,17 +209,23 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 		}
 	}()
 	if !s.opts.Hosts.Allowed(r.Host) {
+		setAPIHeaders(rw.Header())
 		errdefs.Write(rw, errHostNotAllowed(r), rid)
 	} else if s.servePreviewHost(rw, r) {
 		// {port}-{id}.<preview domain>: the preview checks its own credentials.
 	} else if s.opts.E2B != nil && (r.URL.Path == e2bPrefix || strings.HasPrefix(r.URL.Path, e2bPrefix+"/")) {
+		setAPIHeaders(rw.Header())
 		http.StripPrefix(e2bPrefix, s.opts.E2B).ServeHTTP(rw, r)
 	} else if r.URL.Path == consolePrefix || strings.HasPrefix(r.URL.Path, consolePrefix+"/") {
 		// The console's static files: no data, so no credentials.
 		serveConsole(rw, r)
-	} else if _, pattern := s.mux.Handler(r); r.URL.Path == "/healthz" || strings.HasSuffix(pattern, previewPathSuffix) || pattern == "POST /v1/session" {
-		// Open, a preview that checks its own credentials, or the
-		// console's sign-in, which checks the key it is given.
+	} else if _, pattern := s.mux.Handler(r); strings.HasSuffix(pattern, previewPathSuffix) {
+		// A preview by path checks its own credentials and sets its own
+		// policy (confinePreview): the app's scripts must run.
+		s.touch(r)
+		s.mux.ServeHTTP(rw, r)
+	} else if setAPIHeaders(rw.Header()); r.URL.Path == "/healthz" || pattern == "POST /v1/session" {
+		// Open, or the console's sign-in, which checks the key it is given.
 		s.touch(r)
 		s.mux.ServeHTTP(rw, r)
 	} else if c, err := s.authenticate(r); err != nil {
@@ -236,6 +242,23 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 		s.mux.ServeHTTP(rw, withCaller)
 	}
 	return false
+}
+
+// apiCSP is the Content-Security-Policy of every API answer. Many carry
+// bytes a sandbox chose (a file read, whose Content-Type the agent sets; a
+// process log; an error naming a path), and the API's origin is also the
+// web console's, whose session cookie the browser sends to it: an answer
+// rendered as a page must not run a sandbox's script there. "sandbox"
+// gives such a page an opaque origin with no scripts; the API's own
+// clients never render its answers, so they lose nothing.
+const apiCSP = "sandbox; default-src 'none'; frame-ancestors 'none'"
+
+// setAPIHeaders sets the headers every API answer carries, whatever
+// handler writes it: the console's pages and the previews, which are
+// meant to be rendered, set their own.
+func setAPIHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", apiCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
 }
 
 // e2bPrefix is where E2B's API is served: E2B_API_URL and E2B_SANDBOX_URL
