@@ -158,6 +158,25 @@ ensure_e2b_sdk() {
 	(cd "$HOTCELL_ROOT/test/e2e/e2b" && npm ci --no-audit --no-fund --loglevel=error)
 }
 
+# ensure_chromium installs Debian's chromium, the browser the web console's
+# end-to-end test drives headless (test/e2e/console_browser_test.go).
+ensure_chromium() {
+	[ -x /usr/bin/chromium ] && return
+	log "installing chromium for the web console's browser tests"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq chromium >/dev/null
+}
+
+# ensure_console_test_deps installs playwright-core (test/e2e/console,
+# pinned by its package-lock.json) with npm ci. playwright-core downloads
+# no browser: the test runs Debian's chromium (ensure_chromium).
+ensure_console_test_deps() {
+	command -v npm >/dev/null || die "npm is not installed: the web console's browser tests run playwright-core; install Node.js 20.18 or newer"
+	log "installing playwright-core for the web console's browser tests"
+	(cd "$HOTCELL_ROOT/test/e2e/console" && npm ci --no-audit --no-fund --loglevel=error)
+}
+
 # build_binaries builds bin/hotcell and the static bin/hotcell-agent.
 build_binaries() {
 	log "building hotcell and hotcell-agent"

@@ -181,7 +181,7 @@ export function sandboxPage(id, go) {
       const res = await api("GET", sb(id, "/processes"));
       replace(rows, res.processes.map((p) => h("tr", { "data-process": p.id },
         h("td", {}, p.id), h("td", {}, p.name || ""), h("td", {}, h("code", {}, p.command || (p.argv || []).join(" "))),
-        h("td", {}, p.state === "running" ? stateBadge("running") : `exit ${p.exitCode}${p.signal ? " " + p.signal : ""}`),
+        h("td", {}, p.state === "running" ? stateBadge("running") : `exit ${p.exitCode ?? 0}${p.signal ? " " + p.signal : ""}`),
         h("td.hide-sm", {}, ago(p.startedAt)),
         h("td.actions", {},
           h("button", { type: "button", onclick: () => follow(p) }, "Logs"),
@@ -209,7 +209,7 @@ export function sandboxPage(id, go) {
           log.append(span);
           log.scrollTop = log.scrollHeight;
         } else if (ev.type === "exit") {
-          log.append(h("span.muted", {}, `\n[exited ${ev.exitCode !== undefined ? ev.exitCode : ""}${ev.signal ? " " + ev.signal : ""}]\n`));
+          log.append(h("span.muted", {}, `\n[exited${ev.signal ? " by " + ev.signal : " " + (ev.exitCode ?? 0)}${ev.message ? ": " + ev.message : ""}]\n`));
           load();
         }
       }, { query: { follow: "true" }, signal: my.signal })

@@ -30,7 +30,11 @@ export function terminalView(id) {
   const setStatus = (s, text) => { status.dataset.termStatus = s; status.textContent = text; };
   const send = (obj) => { if (ws && ws.readyState === 1) ws.send(JSON.stringify(obj)); };
   term.onData((d) => { if (ws && ws.readyState === 1) ws.send(enc.encode(d)); });
-  term.onResize(({ cols, rows }) => send({ type: "resize", cols, rows }));
+  term.onResize(({ cols, rows }) => {
+    host.dataset.cols = String(cols);
+    host.dataset.rows = String(rows);
+    send({ type: "resize", cols, rows });
+  });
 
   async function session(fresh) {
     if (sid && !fresh) {
@@ -100,6 +104,8 @@ export function terminalView(id) {
     mount() {
       if (!term.element) { term.open(host); ro.observe(host); }
       fit.fit();
+      host.dataset.cols = String(term.cols);
+      host.dataset.rows = String(term.rows);
       if (!ws) connect(false);
       term.focus();
     },

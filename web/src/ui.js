@@ -86,7 +86,7 @@ export function bytes(n) {
   const u = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
   while (Math.abs(n) >= 1024 && i < u.length - 1) { n /= 1024; i++; }
-  return (i ? n.toFixed(n < 10 ? 1 : 0) : n) + " " + u[i];
+  return (i ? n.toFixed(n < 10 ? 1 : 0) : Math.round(n)) + " " + u[i];
 }
 
 export function ago(t) {
