@@ -32,12 +32,12 @@ func (a *app) imageCmd() *cobra.Command {
 
 func (a *app) imageBuildCmd() *cobra.Command {
 	var (
-		busybox, noShell bool
-		tag, dockerHost  string
+		busybox, noShell, code, ifStale bool
+		tag, dockerHost                 string
 	)
 	cmd := &cobra.Command{
 		Use:   "build [flags]",
-		Short: "Build hotcell/base or a test image into the local Docker Engine",
+		Short: "Build hotcell/base, hotcell/code or a test image into the local Docker Engine",
 		Long: `Build an image into the local Docker Engine.
 
 By default it builds ` + images.BaseRef + `, the default sandbox image: Debian
@@ -46,10 +46,17 @@ with bash, git, curl, python3 and ca-certificates, and a non-root user
 debian:bookworm-slim if a registry answers, else builds the root file system
 with debootstrap (needs root and the debootstrap package). Takes minutes.
 
+--code builds ` + images.CodeRef + `, the code-interpreter image (docs/code.md):
+hotcell/base plus Debian's python3-ipykernel, pandas, numpy, matplotlib and
+nodejs, and hotcell's code server. It needs hotcell/base and Debian's mirror,
+and takes a few minutes; --if-stale skips the build when the image is there
+and was built from this hotcell's package list and code server.
+
 --busybox builds ` + images.BusyboxRef + ` and --noshell builds ` + images.NoShellRef + `,
 small images for tests made from the host's static busybox.`,
 		Example: `  sudo hotcell image build
   sudo hotcell image build --tag myorg/agent-base:1
+  sudo hotcell image build --code --if-stale
   sudo hotcell image build --busybox`,
 		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -59,6 +66,11 @@ small images for tests made from the host's static busybox.`,
 				ref = images.BusyboxRef
 			case noShell:
 				ref = images.NoShellRef
+			case code:
+				ref = images.CodeRef
+			}
+			if ifStale && !code {
+				return usageError{errors.New("--if-stale goes with --code")}
 			}
 			if tag != "" {
 				ref = tag
@@ -77,6 +89,17 @@ small images for tests made from the host's static busybox.`,
 				return fmt.Errorf("build image %s: reach the Docker Engine (is dockerd running, and may this user use it?): %w", ref, err)
 			}
 			progress := func(line string) { fmt.Fprintln(a.stderr, line) }
+			if ifStale {
+				current, err := images.CodeImageCurrent(ctx, dc, ref)
+				if err != nil {
+					return fmt.Errorf("build image %s: %w", ref, err)
+				}
+				if current {
+					progress(ref + " is current (version " + images.CodeVersion() + "); not rebuilding")
+					fmt.Fprintln(a.stdout, ref)
+					return nil
+				}
+			}
 			switch {
 			case busybox:
 				progress("building " + ref)
@@ -84,6 +107,8 @@ small images for tests made from the host's static busybox.`,
 			case noShell:
 				progress("building " + ref)
 				err = images.BuildNoShell(ctx, dc, ref)
+			case code:
+				err = images.BuildCode(ctx, dc, ref, progress)
 			default:
 				err = images.BuildBase(ctx, dc, ref, progress)
 			}
@@ -99,7 +124,9 @@ small images for tests made from the host's static busybox.`,
 	f.BoolVar(&noShell, "noshell", false, "build the shell-less test image instead")
 	f.StringVar(&tag, "tag", "", "image reference to build (default: the image's usual name)")
 	f.StringVar(&dockerHost, "docker-host", "", "Docker Engine address (default: DOCKER_HOST or the local socket)")
-	cmd.MarkFlagsMutuallyExclusive("busybox", "noshell")
+	f.BoolVar(&code, "code", false, "build the code-interpreter image hotcell/code instead")
+	f.BoolVar(&ifStale, "if-stale", false, "with --code: build only if the image is missing or out of date")
+	cmd.MarkFlagsMutuallyExclusive("busybox", "noshell", "code")
 	return cmd
 }
 

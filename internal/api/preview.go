@@ -272,9 +272,10 @@ func (s *Server) servePreviewHost(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	if id, port, err := parsePreviewLabel(label); err == nil && port == e2b.EnvdPort && s.opts.E2B != nil {
+	if id, port, err := parsePreviewLabel(label); err == nil && (port == e2b.EnvdPort || port == e2b.CodePort) && s.opts.E2B != nil {
 		// 49983-{id}.<preview domain> is that sandbox's envd, the E2B
-		// SDK's default envd URL: the E2B handler checks the sandbox's
+		// SDK's default envd URL, and 49999-{id} its code interpreter
+		// (started on demand): the E2B handler checks the sandbox's
 		// envd token. The host names the sandbox, whatever header the
 		// client sent.
 		r.Header.Set(e2b.SandboxIDHeader, id)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/codeinterp"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/ndjson"
 	"github.com/hotcell/hotcell/internal/redact"
@@ -93,6 +94,7 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	sessions *sessions
+	code     codeinterp.Servers // the sandboxes' code servers (code.go)
 }
 
 // New builds the API server.
@@ -166,6 +168,7 @@ func (s *Server) routes() {
 	s.keyRoutes()
 	s.templateRoutes()
 	s.sessionRoutes()
+	s.codeRoutes()
 
 	// Anything else under the API gets a JSON 404 rather than the mux's text.
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) error {

@@ -199,6 +199,9 @@ func (s *Server) image(templateID string) (string, error) {
 	if templateID == "base" {
 		return s.opts.DefaultImage, nil
 	}
+	if templateID == CodeInterpreterTemplate {
+		return images.CodeRef, nil
+	}
 	if !images.ValidRef(templateID) {
 		return "", errdefs.Invalid("templateID", "%q is not a template this daemon knows (base, or one of its e2b_templates) nor an image reference like hotcell/base:latest", clip(templateID))
 	}

@@ -28,6 +28,7 @@ import (
 	"net/http"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/codeinterp"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -87,9 +88,10 @@ type Options struct {
 // Server serves the E2B routes. Its Handler expects paths without the
 // mount prefix (/v2/sandboxes, /process.Process/Start).
 type Server struct {
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
+	opts        Options
+	log         *slog.Logger
+	mux         *http.ServeMux
+	codeServers codeinterp.Servers // the sandboxes' code servers (code.go)
 }
 
 // New builds the E2B server.
@@ -115,6 +117,7 @@ const EnvdVersion = "0.6.4"
 func (s *Server) routes() {
 	s.controlRoutes()
 	s.envdRoutes()
+	s.codeRoutes()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, fmt.Errorf("no E2B route %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
 	})

@@ -120,8 +120,16 @@ func buildFromSlim(ctx context.Context, c *client.Client, ref string, progress f
 	script := "set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update; " +
 		"apt-get install -y --no-install-recommends " + strings.ReplaceAll(basePackageCSV, ",", " ") + "; " +
 		"apt-get clean; rm -rf /var/lib/apt/lists/*; mkdir -p /workspace; " + addUserScript
+	return buildInContainer(ctx, c, slimRef, ref, script, nil, baseChanges, progress)
+}
+
+// buildInContainer runs script with /bin/sh in a throwaway container of
+// from, after copying files (a tar, or nil) to its root, streams its output
+// to progress, and commits the container as ref with commonChanges and
+// changes.
+func buildInContainer(ctx context.Context, c *client.Client, from, ref, script string, files io.Reader, changes []string, progress func(string)) error {
 	cr, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Image:  slimRef,
+		Image:  from,
 		Config: &container.Config{Cmd: []string{"/bin/sh", "-c", script}, Labels: map[string]string{LabelImage: "build"}},
 	})
 	if err != nil {
@@ -132,6 +140,11 @@ func buildFromSlim(ctx context.Context, c *client.Client, ref string, progress f
 		defer cancel()
 		_, _ = c.ContainerRemove(rctx, cr.ID, client.ContainerRemoveOptions{Force: true})
 	}()
+	if files != nil {
+		if _, err := c.CopyToContainer(ctx, cr.ID, client.CopyToContainerOptions{DestinationPath: "/", Content: files}); err != nil {
+			return fmt.Errorf("build image %s: copy files into the build container: %w", ref, err)
+		}
+	}
 	wait := c.ContainerWait(ctx, cr.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 	if _, err := c.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("build image %s: start build container: %w", ref, err)
@@ -172,7 +185,7 @@ func buildFromSlim(ctx context.Context, c *client.Client, ref string, progress f
 	}
 	_, err = c.ContainerCommit(ctx, cr.ID, client.ContainerCommitOptions{
 		Reference: ref,
-		Changes:   append(append([]string(nil), commonChanges...), baseChanges...),
+		Changes:   append(append([]string(nil), commonChanges...), changes...),
 	})
 	if err != nil {
 		return fmt.Errorf("build image %s: commit: %w", ref, err)

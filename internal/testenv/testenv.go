@@ -273,3 +273,30 @@ func RequireTool(t testing.TB, name string) string {
 	}
 	return p
 }
+
+var codeImage imageOnce
+
+// CodeImage returns hotcell/code:latest, the code-interpreter image. It
+// takes minutes to build (scripts/test builds it with `hotcell image build
+// --code --if-stale`), so outside CI a missing or stale image skips the
+// test; in CI it is built here.
+func CodeImage(t testing.TB) string {
+	t.Helper()
+	c := RequireDocker(t)
+	if ok, err := images.CodeImageCurrent(t.Context(), c, images.CodeRef); err == nil && ok {
+		return images.CodeRef
+	}
+	if !InCI() {
+		t.Skipf("needs a current %s; build it with `hotcell image build --code`", images.CodeRef)
+	}
+	BaseImage(t)
+	codeImage.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		codeImage.err = images.BuildCode(ctx, c, images.CodeRef, func(s string) { t.Log(s) })
+	})
+	if codeImage.err != nil {
+		t.Fatalf("build %s: %v", images.CodeRef, codeImage.err)
+	}
+	return images.CodeRef
+}
