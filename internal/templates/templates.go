@@ -1,11 +1,13 @@
 // Package templates owns sandbox templates: named images built from a
 // Dockerfile on the host's engine, each build a new version with its own
-// image tag (hotcell-tpl/<name>:<version>), with the create defaults that
+// image tag (hotcell-tpl/<name>:<version>-<build id>), with the create defaults that
 // sandboxes made from the template start with.
 package templates
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -94,9 +96,39 @@ func clip(s string) string {
 	return s
 }
 
-// ImageRef is the image tag of a template version.
-func ImageRef(name string, version int) string {
-	return Repo + "/" + name + ":" + strconv.Itoa(version)
+// ImageRef is the image tag of a template version made by build: the
+// build id keeps it apart from the tags of other daemons on the same engine
+// and of the versions of an earlier template of the same name, whose
+// images sandboxes may still run.
+func ImageRef(name string, version int, build string) string {
+	return Repo + "/" + name + ":" + strconv.Itoa(version) + "-" + build
+}
+
+func newBuildID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// nextVersion is the version the next build of name takes: past every
+// recorded one, and past every version a sandbox still names, so that a
+// name deleted (forced) and built again never hands out a version a
+// running sandbox reports as another image's.
+func (s *Service) nextVersion(ctx context.Context, name string) (int, error) {
+	v, err := s.st.LatestTemplateVersion(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	sbs, err := s.sandboxes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, sb := range sbs {
+		if sb.Template != nil && sb.Template.Name == name && sb.Template.Version > v {
+			v = sb.Template.Version
+		}
+	}
+	return v + 1, nil
 }
 
 // Build builds the next version of name from buildContext (a tar stream
@@ -109,11 +141,11 @@ func (s *Service) Build(ctx context.Context, name, dockerfile string, defaults w
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
-	v, err := s.st.LatestTemplateVersion(ctx, name)
+	v, err := s.nextVersion(ctx, name)
 	if err != nil {
 		return wire.Template{}, err
 	}
-	t := wire.Template{Name: name, Version: v + 1, Image: ImageRef(name, v+1), Defaults: defaults}
+	t := wire.Template{Name: name, Version: v, Image: ImageRef(name, v, newBuildID()), Defaults: defaults}
 	labels := map[string]string{LabelTemplate: name, LabelVersion: strconv.Itoa(t.Version)}
 	if err := s.drv.BuildImage(ctx, t.Image, dockerfile, labels, buildContext, progress); err != nil {
 		return wire.Template{}, fmt.Errorf("build template %q: %w", name, err)

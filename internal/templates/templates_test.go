@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/hotcell/hotcell/internal/driver"
@@ -40,7 +42,7 @@ func TestValidate(t *testing.T) {
 
 func TestApply(t *testing.T) {
 	t.Parallel()
-	tpl := wire.Template{Name: "py", Version: 3, Image: ImageRef("py", 3), Defaults: wire.TemplateDefaults{
+	tpl := wire.Template{Name: "py", Version: 3, Image: ImageRef("py", 3, "0a1b2c3d"), Defaults: wire.TemplateDefaults{
 		Env:      map[string]string{"A": "tpl", "B": "tpl"},
 		Limits:   wire.Limits{MemoryMB: 512, CPUs: 2},
 		Runtime:  wire.RuntimeGVisor,
@@ -48,7 +50,7 @@ func TestApply(t *testing.T) {
 	}}
 	req := wire.CreateSandboxRequest{Template: "py", Env: map[string]string{"B": "req"}, Limits: wire.Limits{CPUs: 1}}
 	Apply(&req, tpl)
-	if req.Image != "hotcell-tpl/py:3" || req.Env["A"] != "tpl" || req.Env["B"] != "req" ||
+	if req.Image != "hotcell-tpl/py:3-0a1b2c3d" || req.Env["A"] != "tpl" || req.Env["B"] != "req" ||
 		req.Limits.MemoryMB != 512 || req.Limits.CPUs != 1 || req.Runtime != wire.RuntimeGVisor || req.Timeouts == nil || req.Timeouts.IdleSeconds != 1000 {
 		t.Errorf("applied: got %+v", req)
 	}
@@ -94,7 +96,7 @@ func TestBuildVersionsAndDelete(t *testing.T) {
 	}
 	for want := 1; want <= 2; want++ {
 		tp, err := svc.Build(ctx, "py", "", wire.TemplateDefaults{}, nil, func(string) {})
-		if err != nil || tp.Version != want || tp.Image != ImageRef("py", want) {
+		if err != nil || tp.Version != want || !strings.HasPrefix(tp.Image, "hotcell-tpl/py:"+strconv.Itoa(want)+"-") {
 			t.Fatalf("build %d: got %+v, %v", want, tp, err)
 		}
 	}
@@ -113,5 +115,27 @@ func TestBuildVersionsAndDelete(t *testing.T) {
 	}
 	if err := svc.Delete(ctx, "py", false); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("delete again: got %v, want not found", err)
+	}
+
+	// Built again after the forced delete, while sb1 still runs version
+	// 1 of the old one: the new build takes version 2 and another tag.
+	tp, err := svc.Build(ctx, "py", "", wire.TemplateDefaults{}, nil, func(string) {})
+	if err != nil || tp.Version != 2 {
+		t.Fatalf("build after delete: got %+v, %v, want version 2 (sb1 still names version 1)", tp, err)
+	}
+	sbs = nil
+	if err := svc.Delete(ctx, "py", false); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		tp, err := svc.Build(ctx, "py", "", wire.TemplateDefaults{}, nil, func(string) {})
+		if err != nil || tp.Version != 1 || seen[tp.Image] {
+			t.Fatalf("build %d after delete with no users: got %+v, %v, want version 1 with a tag never used before %v", i, tp, err, seen)
+		}
+		seen[tp.Image] = true
+		if err := svc.Delete(ctx, "py", false); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

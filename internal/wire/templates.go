@@ -8,7 +8,7 @@ import "time"
 type Template struct {
 	Name    string `json:"name"`
 	Version int    `json:"version"`
-	// Image is the engine's tag of this version: hotcell-tpl/<name>:<version>.
+	// Image is the engine's tag of this version: hotcell-tpl/<name>:<version>-<build id>.
 	Image     string           `json:"image"`
 	Defaults  TemplateDefaults `json:"defaults"`
 	CreatedAt time.Time        `json:"createdAt"`
