@@ -181,6 +181,24 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
     await shot("files");
   });
 
+  await t.test("new folder, rename and delete in the file browser", async () => {
+    const answer = async (text) => {
+      await page.locator("dialog input").fill(text);
+      await page.locator("dialog button[type=submit]").click();
+    };
+    await page.click("text=New folder");
+    await answer("made-here");
+    await page.locator("tr[data-file='made-here']").waitFor({ timeout: T });
+    await page.click("tr[data-file='dropped.txt'] >> button:has-text('Rename')");
+    await answer("renamed.txt");
+    await page.locator("tr[data-file='renamed.txt']").waitFor({ timeout: T });
+    assert.equal((await apiCall("GET", `/v1/sandboxes/${sandboxId}/files?path=/workspace/renamed.txt`)).text, "uploaded by the browser\n");
+    await page.click("tr[data-file='made-here'] >> button:has-text('Delete')");
+    await page.click("dialog [data-confirm=yes]");
+    await page.locator("tr[data-file='made-here']").waitFor({ state: "detached", timeout: T });
+    assert.equal((await apiCall("GET", `/v1/sandboxes/${sandboxId}/fs/stat?path=/workspace/made-here`)).status, 404);
+  });
+
   await t.test("follow a process log", async () => {
     await page.click("button[data-tab=processes]");
     await page.fill("input[name=command]", "for i in 1 2 3; do echo line-$i; sleep 0.3; done");
@@ -191,6 +209,66 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
     const text = await page.locator("pre.log").innerText();
     assert.ok(text.indexOf("line-1") < text.indexOf("line-2") && text.indexOf("line-2") < text.indexOf("line-3"), text);
     await shot("processes");
+  });
+
+  await t.test("the event timeline", async () => {
+    await page.click("button[data-tab=events]");
+    await page.locator("ol.timeline li[data-event=created]").waitFor({ timeout: T });
+    await page.locator("ol.timeline li[data-event=stopped]").waitFor({ timeout: T });
+  });
+
+  await t.test("pause and resume", async () => {
+    await page.click("button[data-action=pause]");
+    await page.locator(".sandbox-page[data-state=paused]").waitFor({ timeout: T });
+    await page.locator("ol.timeline li[data-event=paused]").waitFor({ timeout: T });
+    await page.click("button[data-action=resume]");
+    await page.locator(".sandbox-page[data-state=running]").waitFor({ timeout: T });
+  });
+
+  await t.test("backup and restore", async () => {
+    const put = await fetch(`${BASE}/v1/sandboxes/${sandboxId}/files?path=/workspace/kept.txt`, {
+      method: "PUT", headers: { Authorization: "Bearer " + TOKEN }, body: "before the backup\n" });
+    assert.ok(put.ok, await put.text());
+    await page.click("button[data-tab=backups]");
+    await page.click("button[data-action=backup]");
+    const row = page.locator("tr[data-backup]").first();
+    await row.waitFor({ timeout: T });
+    await fetch(`${BASE}/v1/sandboxes/${sandboxId}/files?path=/workspace/kept.txt`, {
+      method: "PUT", headers: { Authorization: "Bearer " + TOKEN }, body: "changed after it\n" });
+    await row.locator("button:has-text('Restore')").click();
+    await page.click("dialog [data-confirm=yes]");
+    await page.locator(".toast", { hasText: "restored" }).waitFor({ timeout: T });
+    assert.equal((await apiCall("GET", `/v1/sandboxes/${sandboxId}/files?path=/workspace/kept.txt`)).text, "before the backup\n");
+  });
+
+  await t.test("open a port's preview", async () => {
+    await fetch(`${BASE}/v1/sandboxes/${sandboxId}/files?path=/workspace/site/index.html`, {
+      method: "PUT", headers: { Authorization: "Bearer " + TOKEN }, body: "<h1>served from the sandbox</h1>" });
+    const started = await apiCall("POST", `/v1/sandboxes/${sandboxId}/processes`, { command: "httpd -f -p 8000 -h /workspace/site", name: "web" });
+    assert.equal(started.status, 201, started.text);
+    assert.equal((await apiCall("GET", `/v1/sandboxes/${sandboxId}/ports/8000/wait?timeoutMs=10000`)).status, 200);
+    await page.click("button[data-tab=ports]");
+    await page.fill("input[aria-label=Port]", "8000");
+    await page.click("text=Open preview");
+    const link = page.locator("[data-port='8000'] a");
+    await link.waitFor({ timeout: T });
+    const [preview] = await Promise.all([browser.waitForEvent("page"), link.click()]);
+    await preview.locator("h1", { hasText: "served from the sandbox" }).waitFor({ timeout: T });
+    await shot("ports");
+    await preview.close();
+  });
+
+  await t.test("fork", async () => {
+    await page.click("button[data-action=fork]");
+    await page.click("dialog [data-confirm=yes]");
+    await page.waitForURL((u) => u.hash.startsWith("#/sandboxes/") && !u.hash.includes(sandboxId), { timeout: 2 * T });
+    const forked = decodeURIComponent(page.url().split("#/sandboxes/")[1].split("/")[0]);
+    await page.locator(".sandbox-page[data-state=running]").waitFor({ timeout: T });
+    const got = JSON.parse((await apiCall("GET", `/v1/sandboxes/${forked}`)).text);
+    assert.equal(got.labels.test, LABEL, "the fork keeps the labels");
+    assert.equal((await apiCall("GET", `/v1/sandboxes/${forked}/files?path=/workspace/kept.txt`)).text, "before the backup\n");
+    await page.goto(`${BASE}/ui/#/sandboxes/${sandboxId}`);
+    await page.locator(`.sandbox-page[data-sandbox="${sandboxId}"]`).waitFor({ timeout: T });
   });
 
   await t.test("change egress and see a denial", async () => {
@@ -267,6 +345,25 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
     await page.locator("h1", { hasText: "Sandboxes" }).waitFor({ timeout: T });
     await page.locator(`tr[data-sandbox="${sandboxId}"]`).waitFor({ state: "detached", timeout: T });
     assert.equal((await apiCall("GET", `/v1/sandboxes/${sandboxId}`)).status, 404);
+  });
+
+  await t.test("bulk destroy after a confirmation", async () => {
+    const ids = [];
+    for (let i = 0; i < 2; i++) {
+      const r = await apiCall("POST", "/v1/sandboxes", { labels: { test: LABEL, bulk: "yes" } });
+      assert.equal(r.status, 201, r.text);
+      ids.push(JSON.parse(r.text).id);
+    }
+    for (const id of ids) await page.locator(`tr[data-sandbox="${id}"]`).waitFor({ timeout: T });
+    await page.fill("input[aria-label='Filter by label']", "bulk=yes");
+    for (const id of ids) await page.check(`tr[data-sandbox="${id}"] input[type=checkbox]`);
+    await page.click("text=Destroy selected (2)");
+    await page.click("dialog [data-confirm=yes]");
+    for (const id of ids) {
+      await page.locator(`tr[data-sandbox="${id}"]`).waitFor({ state: "detached", timeout: T });
+      assert.equal((await apiCall("GET", `/v1/sandboxes/${id}`)).status, 404);
+    }
+    await page.fill("input[aria-label='Filter by label']", "");
   });
 
   await t.test("sign out", async () => {
