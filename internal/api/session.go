@@ -52,17 +52,20 @@ type session struct {
 	caller  caller
 	created time.Time
 	expires time.Time
+	seq     uint64 // order of sign-in, for dropping the oldest
 }
 
 // sessions is the server-side session table. It lives in memory: a daemon
 // restart signs every browser out, which costs a sign-in and keeps no
 // credential on disk.
 type sessions struct {
-	mu sync.Mutex
-	m  map[string]*session
+	mu   sync.Mutex
+	m    map[string]*session
+	max  int
+	next uint64
 }
 
-func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
+func newSessions() *sessions { return &sessions{m: map[string]*session{}, max: maxSessions} }
 
 func randomToken() string {
 	var b [32]byte
@@ -75,15 +78,17 @@ func (ss *sessions) add(cred string, c caller, ttl time.Duration) *session {
 	s := &session{id: randomToken(), csrf: randomToken(), cred: cred, caller: c, created: now, expires: now.Add(ttl)}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	ss.next++
+	s.seq = ss.next
 	for id, o := range ss.m {
 		if now.After(o.expires) {
 			delete(ss.m, id)
 		}
 	}
-	for len(ss.m) >= maxSessions {
+	for len(ss.m) >= ss.max {
 		var oldest *session
 		for _, o := range ss.m {
-			if oldest == nil || o.created.Before(oldest.created) {
+			if oldest == nil || o.seq < oldest.seq {
 				oldest = o
 			}
 		}

@@ -66,6 +66,7 @@ func requireConsoleDeps(t *testing.T) string {
 // (relative to the repository: docs/console refreshes the README's), else
 // to a temp dir.
 func TestConsoleBrowser(t *testing.T) {
+	t.Parallel()
 	node := requireConsoleDeps(t)
 	d := sharedDaemon(t)
 	label := sanitizeLabel(t.Name())

@@ -87,6 +87,7 @@ func consoleSignIn(t *testing.T, d *testdaemon.Daemon, key string) (*http.Cookie
 // another origin, or changes state without the CSRF token or without an
 // Origin; WebSockets too. Revoking the key and signing out end the session.
 func TestConsoleSession(t *testing.T) {
+	t.Parallel()
 	d := sharedDaemon(t)
 	self := "http://" + d.Addr
 	const evil = "http://evil.example"

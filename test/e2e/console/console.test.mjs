@@ -71,9 +71,11 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
     await shot("signin");
   });
 
-  await t.test("sign in", async () => {
-    await page.fill("#key", KEY);
-    await page.click("button[type=submit]");
+  await t.test("sign in with the keyboard alone", async () => {
+    await page.fill("#key", "");
+    await page.locator("#key").focus();
+    await page.keyboard.type(KEY);
+    await page.keyboard.press("Enter");
     await page.locator("h1", { hasText: "Sandboxes" }).waitFor({ timeout: T });
     const cookies = await browser.cookies();
     assert.equal(cookies.length, 1);
@@ -116,7 +118,9 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
   });
 
   await t.test("a stats chart updates", async () => {
-    await page.click(`a[href="#/sandboxes/${sandboxId}"]`);
+    // Keyboard: the sandbox's link takes focus and Enter opens it.
+    await page.locator(`a[href="#/sandboxes/${sandboxId}"]`).focus();
+    await page.keyboard.press("Enter");
     const cpu = page.locator("figure.chart[data-chart=CPU]");
     await cpu.waitFor({ timeout: T });
     await page.waitForFunction(() => Number(document.querySelector("figure.chart[data-chart=CPU]").dataset.samples) >= 3, null, { timeout: T });
@@ -127,7 +131,10 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
 
   let session;
   await t.test("terminal: echo, resize, reload and re-attach", async () => {
-    await page.click("button[data-tab=terminal]");
+    // The tabs take the arrow keys: Overview -> Terminal.
+    await page.locator("button[data-tab=overview]").focus();
+    await page.keyboard.press("ArrowRight");
+    assert.equal(await page.locator("button[data-tab=terminal]").getAttribute("aria-selected"), "true");
     await page.locator(".term-status[data-term-status=attached]").waitFor({ timeout: T });
     session = await page.locator("[data-terminal]").getAttribute("data-session");
     await typeInTerminal("echo hello-$((6*7))");
