@@ -204,6 +204,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err := c.fw.resetLearned(); err != nil {
 		return fmt.Errorf("egress firewall: %w", err)
 	}
+	if err := c.fw.takeInventory(); err != nil {
+		return fmt.Errorf("egress firewall: %w", err)
+	}
 	if err := c.dns.serve(); err != nil {
 		return fmt.Errorf("egress resolver: %w", err)
 	}
@@ -275,7 +278,7 @@ func (c *Controller) Apply(ctx context.Context, id string, wp wire.EgressPolicy)
 		if err := c.drv.Disconnect(ctx, id, c.cfg.Network); err != nil {
 			return fmt.Errorf("apply egress of %s: %w", id, err)
 		}
-		old, ferr := c.fw.remove(id)
+		old, ferr := c.fw.remove(id, true)
 		c.mu.Lock()
 		st := c.state(id)
 		c.setAddr(st, netip.Addr{})
@@ -288,12 +291,19 @@ func (c *Controller) Apply(ctx context.Context, id string, wp wire.EgressPolicy)
 		}
 		return nil
 	}
-	if err := c.drv.Connect(ctx, id, c.cfg.Network); err != nil {
-		return fmt.Errorf("apply egress of %s: %w", id, err)
-	}
+	// A box made on the network (every new one) has its address already:
+	// one engine call instead of a connect's inspect and another.
 	addr, err := c.drv.BoxAddress(ctx, id, c.cfg.Network)
 	if err != nil {
 		return fmt.Errorf("apply egress of %s: %w", id, err)
+	}
+	if !addr.IsValid() {
+		if err := c.drv.Connect(ctx, id, c.cfg.Network); err != nil {
+			return fmt.Errorf("apply egress of %s: %w", id, err)
+		}
+		if addr, err = c.drv.BoxAddress(ctx, id, c.cfg.Network); err != nil {
+			return fmt.Errorf("apply egress of %s: %w", id, err)
+		}
 	}
 	if !addr.IsValid() {
 		return fmt.Errorf("apply egress of %s: the box has no address on network %s (is it running?): %w", id, c.cfg.Network, errdefs.ErrConflict)
@@ -345,9 +355,15 @@ func (c *Controller) setAddr(st *sandboxState, addr netip.Addr) {
 // Release removes the sandbox's rules (its box stopped or is going away);
 // the counters are kept until Forget.
 func (c *Controller) Release(ctx context.Context, id string) error {
+	return c.release(id, true)
+}
+
+// release is Release; counts keeps the drop counters of the removed rules
+// (reading them costs a process per chain).
+func (c *Controller) release(id string, counts bool) error {
 	c.verifyMu.Lock()
 	defer c.verifyMu.Unlock()
-	old, err := c.fw.remove(id)
+	old, err := c.fw.remove(id, counts)
 	c.mu.Lock()
 	if st, ok := c.sbs[id]; ok {
 		c.setAddr(st, netip.Addr{})
@@ -364,7 +380,7 @@ func (c *Controller) Release(ctx context.Context, id string) error {
 
 // Forget removes the sandbox's rules and everything known about it.
 func (c *Controller) Forget(ctx context.Context, id string) error {
-	err := c.Release(ctx, id)
+	err := c.release(id, false) // its counters go with it
 	c.mu.Lock()
 	if st, ok := c.sbs[id]; ok && c.byKey[sandboxKey(id)] == st {
 		delete(c.byKey, sandboxKey(id))

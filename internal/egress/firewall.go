@@ -39,7 +39,11 @@ import (
 // The address lists of those drops are ipsets of the network, made with its
 // chain: HCN-<net>-m (metadata services) and HCN-<net>-p (private ranges
 // less the operator's egress_allow_private), so that they cost one rule
-// each in a sandbox's chain.
+// each in a sandbox's chain. The addresses the resolver learned are in
+// HCN-<net>-l (sandbox, proto:port, address) and, for entries without a
+// port, in the sandbox's own HCS-<sb> (the kernel here has no hash:net,net
+// to key them by sandbox in one set; and its table of sets grows past
+// CONFIG_IP_SET_MAX as sets are made, up to 65534).
 //
 // With the denial log on, every DROP of HCE and HCD is preceded by a
 // rate-limited NFLOG rule with the same match (see logged and nflog.go).
@@ -156,6 +160,17 @@ type firewall struct {
 	addrs   map[string]netip.Addr
 	// dyn are the learned addresses in the sets, per sandbox key.
 	dyn map[string]map[dynRule]bool
+	// Once inventoried (takeInventory, at start), a sandbox's rules are
+	// removed by name, the generation in current, in one iptables-restore:
+	// listing every chain of the table costs time that grows with the
+	// number of sandboxes. unsure are the keys that may have chains
+	// current does not name (found at start, or left by a removal that
+	// failed); theirs are found by listing, as are everyone's before the
+	// inventory.
+	inventoried bool
+	unsure      map[string]bool
+	// hasAny are the keys whose any-port set (anySet) this daemon made.
+	hasAny map[string]bool
 }
 
 func newFirewall(ipt iptablesAPI, sets ipsetAPI, network string, subnet netip.Prefix, gateway netip.Addr, gatewayPorts []int, allowPrivate []netip.Prefix) *firewall {
@@ -171,7 +186,31 @@ func newFirewall(ipt iptablesAPI, sets ipsetAPI, network string, subnet netip.Pr
 		current:      map[string]string{},
 		addrs:        map[string]netip.Addr{},
 		dyn:          map[string]map[dynRule]bool{},
+		unsure:       map[string]bool{},
+		hasAny:       map[string]bool{},
 	}
+}
+
+// takeInventory notes every sandbox that has chains now (a previous
+// daemon's): their next change lists the table; everyone else's rules are
+// known by name from then on.
+func (f *firewall) takeInventory() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	chains, err := f.ipt.ListChains(table)
+	if err != nil {
+		return fmt.Errorf("list chains: %w", err)
+	}
+	for _, c := range chains {
+		for _, prefix := range []string{prefixMain, prefixDyn} {
+			rest, ok := strings.CutPrefix(c, prefix)
+			if i := strings.LastIndexByte(rest, '-'); ok && i > 0 {
+				f.unsure[rest[:i]] = true
+			}
+		}
+	}
+	f.inventoried = true
+	return nil
 }
 
 var plainKey = regexp.MustCompile(`^[a-z0-9]{1,12}$`)
@@ -196,11 +235,28 @@ func (f *firewall) privSet() string { return f.base + "-p" }
 func (f *firewall) learnedSet() string { return f.base + "-l" }
 func anySet(key string) string         { return "HCS-" + key }
 
+// mayHaveAny reports whether sandbox key may have an anySet.
+func (f *firewall) mayHaveAny(key string) bool {
+	return !f.inventoried || f.unsure[key] || f.hasAny[key]
+}
+
+// destroyAny removes sandbox key's anySet if it may have one.
+func (f *firewall) destroyAny(key string, may bool) error {
+	if !may {
+		return nil
+	}
+	if err := f.sets.Destroy(anySet(key)); err != nil {
+		return err
+	}
+	delete(f.hasAny, key)
+	return nil
+}
+
 // maxLearnedSet bounds the network's learned set; the controller's
 // per-sandbox cap keeps each sandbox's share of it small.
 const maxLearnedSet = 1 << 20
 
-// resetLearned empties the network's learned set: at start the daemon has
+// resetLearned empties the network's learned sets: at start the daemon has
 // learned nothing, and what a previous run learned may name addresses
 // that boxes no longer have.
 func (f *firewall) resetLearned() error {
@@ -411,6 +467,7 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 		if err := f.sets.Replace(anySet(key), "hash:ip", anyMembers, "maxelem", strconv.Itoa(maxLearnedSet)); err != nil {
 			return undo(fmt.Errorf("learned address set of %s: %w", id, err))
 		}
+		f.hasAny[key] = true
 		var add []string
 		for _, r := range dyn {
 			if any, ms := r.members(addr); !any && (!f.dyn[key][r] || f.addrs[key] != addr) {
@@ -475,11 +532,12 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 		}
 	}
 	// The new rules are in force; what follows only tidies up.
-	oldAddr := f.addrs[key]
+	oldAddr, oldGen := f.addrs[key], f.current[key]
+	mayAny := f.mayHaveAny(key)
 	f.current[key] = gen
 	f.addrs[key] = addr
 	var errs []error
-	if old, err = f.removeExcept(key, gen); err != nil {
+	if old, err = f.removeOld(key, gen, oldGen, oldAddr, true); err != nil {
 		errs = append(errs, err)
 	}
 	keep := map[dynRule]bool{}
@@ -487,11 +545,9 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 		for _, r := range dyn {
 			keep[r] = true
 		}
-	} else {
+	} else if err := f.destroyAny(key, mayAny); err != nil {
 		// Nothing refers to the sandbox's set any more.
-		if err := f.sets.Destroy(anySet(key)); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, err)
 	}
 	var del []string
 	for r := range f.dyn[key] {
@@ -551,9 +607,78 @@ func (f *firewall) jumps() (map[string]string, error) {
 	return out, nil
 }
 
+// removeOld deletes the rules of sandbox key but generation keep ("" all)
+// and returns the drop counters they held when counts is set: when all its
+// chains are known, exactly generation prev (the one in force before, its
+// jump from prevAddr) in one iptables-restore; else, or if that fails,
+// whatever a listing of the table finds (removeExcept).
+func (f *firewall) removeOld(key, keep, prev string, prevAddr netip.Addr, counts bool) (counters, error) {
+	var total counters
+	if f.inventoried && !f.unsure[key] {
+		r, ok := f.ipt.(restorer)
+		if prev == "" {
+			return total, f.forgetSets(key, keep)
+		}
+		if ok && prev != keep {
+			mainC, dynC := chainNames(key, prev)
+			if counts {
+				for _, c := range []string{mainC, dynC} {
+					if n, err := f.drops(c); err == nil {
+						total.add(n)
+					}
+				}
+			}
+			// The main chain refers to the dynamic one: it is flushed first.
+			var b strings.Builder
+			fmt.Fprintf(&b, "*%s\n", table)
+			b.WriteString(restoreLine("-D", f.base, []string{"-s", netip.PrefixFrom(prevAddr, 32).String(), "-g", mainC}))
+			fmt.Fprintf(&b, "-F %s\n-F %s\n-X %s\n-X %s\nCOMMIT\n", mainC, dynC, mainC, dynC)
+			if err := r.Restore(b.String()); err == nil {
+				return total, f.forgetSets(key, keep)
+			}
+			// Something else changed the table (a host firewall reload):
+			// find what is left by listing it.
+		}
+	}
+	total, err := f.removeExcept(key, keep, counts)
+	if err != nil {
+		f.unsure[key] = true
+	} else {
+		delete(f.unsure, key)
+	}
+	return total, err
+}
+
+// forgetSets, when keep is "" (all the sandbox's rules went, so nothing
+// uses its sets), removes its learned addresses from the network's set and
+// its own set.
+func (f *firewall) forgetSets(key, keep string) error {
+	if keep != "" {
+		return nil
+	}
+	var errs []error
+	if addr, ok := f.addrs[key]; ok {
+		var del []string
+		for r := range f.dyn[key] {
+			if any, ms := r.members(addr); !any {
+				del = append(del, ms...)
+			}
+		}
+		if err := f.sets.Del(f.learnedSet(), del...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	delete(f.dyn, key)
+	if err := f.destroyAny(key, f.mayHaveAny(key)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // removeExcept deletes every jump and chain of sandbox key but generation
-// keep ("" removes all) and returns the drop counters they held.
-func (f *firewall) removeExcept(key, keep string) (counters, error) {
+// keep ("" removes all), found by listing the table, and returns the drop
+// counters they held when counts is set.
+func (f *firewall) removeExcept(key, keep string, counts bool) (counters, error) {
 	var total counters
 	var errs []error
 	jumps, err := f.jumps()
@@ -579,41 +704,29 @@ func (f *firewall) removeExcept(key, keep string) (counters, error) {
 			if !strings.HasPrefix(c, prefix+key+"-") || (keep != "" && strings.HasSuffix(c, "-"+keep)) {
 				continue
 			}
-			if n, err := f.drops(c); err == nil {
-				total.add(n)
+			if counts {
+				if n, err := f.drops(c); err == nil {
+					total.add(n)
+				}
 			}
 			if err := f.ipt.ClearAndDeleteChain(table, c); err != nil && !isNotExist(err) {
 				errs = append(errs, fmt.Errorf("delete chain %s: %w", c, err))
 			}
 		}
 	}
-	if keep == "" {
-		// The chains that used the sandbox's sets are gone.
-		if addr, ok := f.addrs[key]; ok {
-			var del []string
-			for r := range f.dyn[key] {
-				if any, ms := r.members(addr); !any {
-					del = append(del, ms...)
-				}
-			}
-			if err := f.sets.Del(f.learnedSet(), del...); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		delete(f.dyn, key)
-		if err := f.sets.Destroy(anySet(key)); err != nil {
-			errs = append(errs, err)
-		}
+	if err := f.forgetSets(key, keep); err != nil {
+		errs = append(errs, err)
 	}
 	return total, errors.Join(errs...)
 }
 
-// remove deletes every rule of the sandbox and returns its drop counters.
-func (f *firewall) remove(id string) (counters, error) {
+// remove deletes every rule of the sandbox and returns its drop counters
+// when counts is set.
+func (f *firewall) remove(id string, counts bool) (counters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	key := sandboxKey(id)
-	c, err := f.removeExcept(key, "")
+	c, err := f.removeOld(key, "", f.current[key], f.addrs[key], counts)
 	delete(f.current, key)
 	delete(f.addrs, key)
 	return c, err
@@ -719,7 +832,7 @@ func (f *firewall) prune(keep []string) error {
 		if keys[key] {
 			continue
 		}
-		if _, err := f.removeExcept(key, ""); err != nil {
+		if _, err := f.removeExcept(key, "", false); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -437,6 +437,9 @@ func testController(t *testing.T, logGroup uint16) (*Controller, *fakeIPT) {
 	if err := c.fw.resetLearned(); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.fw.takeInventory(); err != nil {
+		t.Fatal(err)
+	}
 	return c, ipt
 }
 
@@ -579,24 +582,155 @@ func tableOf(ipt *fakeIPT) map[string][]string {
 type restoringIPT struct {
 	*fakeIPT
 	payloads []string
+	listings int // ListChains and List calls
 }
 
 func (r *restoringIPT) Restore(rules string) error {
 	r.payloads = append(r.payloads, rules)
+	// All or nothing, as iptables-restore: what the deletions name must
+	// be there.
 	for _, l := range strings.Split(rules, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		r.mu.Lock()
+		rules, ok := r.chains[f[1]]
+		r.mu.Unlock()
+		switch {
+		case (f[0] == "-F" || f[0] == "-X" || f[0] == "-D") && !ok:
+			return fmt.Errorf("fake iptables-restore: no chain %s", f[1])
+		case f[0] == "-D" && !slices.Contains(rules, strings.Join(f[2:], " ")):
+			return fmt.Errorf("fake iptables-restore: no rule %q in %s", strings.Join(f[2:], " "), f[1])
+		}
+	}
+	for _, l := range strings.Split(rules, "\n") {
+		f := strings.Fields(l)
+		var err error
 		switch {
 		case strings.HasPrefix(l, ":"):
-			if err := r.NewChain(table, strings.Fields(l[1:])[0]); err != nil {
-				return err
-			}
+			err = r.NewChain(table, strings.Fields(l[1:])[0])
 		case strings.HasPrefix(l, "-I "):
-			f := strings.Fields(l)
-			if err := r.Insert(table, f[1], 1, f[3:]...); err != nil {
-				return err
-			}
+			err = r.Insert(table, f[1], 1, f[3:]...)
+		case strings.HasPrefix(l, "-D "):
+			err = r.DeleteIfExists(table, f[1], f[2:]...)
+		case strings.HasPrefix(l, "-X "):
+			// -F then -X of the same chain is what ClearAndDeleteChain does.
+			err = r.ClearAndDeleteChain(table, f[1])
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func (r *restoringIPT) ListChains(table string) ([]string, error) {
+	r.listings++
+	return r.fakeIPT.ListChains(table)
+}
+
+func (r *restoringIPT) List(table, chain string) ([]string, error) {
+	r.listings++
+	return r.fakeIPT.List(table, chain)
+}
+
+// TestFirewallRemoveByName: once the firewall has taken its inventory, a
+// policy change and a removal delete the sandbox's generation by name in
+// one restore, without listing the table (which grows with the number of
+// sandboxes); the learned addresses leave the shared sets; a sandbox
+// whose rules changed behind the firewall's back, or that a previous
+// daemon left, is still cleaned up whole, by a listing.
+func TestFirewallRemoveByName(t *testing.T) {
+	t.Parallel()
+	c, ipt := testController(t, 7)
+	// A previous daemon's sandbox: in the inventory taken anew below.
+	ipt.chains["HCE-cccccccccccc-beef"] = []string{"-j RETURN"}
+	r := &restoringIPT{fakeIPT: ipt}
+	c.fw.ipt = r
+	if err := c.fw.takeInventory(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test", "*.example.test:443"}})
+	mustApply(t, c, idB, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test"}})
+	p, _ := ParsePolicy("egress", wire.EgressPolicy{Allow: []string{"pkg.test", "*.example.test:443"}}, wire.EgressOpen)
+	c.learn(ctx, idA, "pkg.test", p.MatchName("pkg.test"), []learnedAddr{{netip.MustParseAddr("203.0.113.10"), time.Minute}})
+	c.learn(ctx, idA, "www.example.test", p.MatchName("www.example.test"), []learnedAddr{{netip.MustParseAddr("203.0.113.33"), time.Minute}})
+	c.learn(ctx, idB, "pkg.test", p.MatchName("pkg.test"), []learnedAddr{{netip.MustParseAddr("203.0.113.10"), time.Minute}})
+	if got := learnedMembers(ipt, "203.0.113.10"); len(got) != 2 {
+		t.Fatalf("members for 203.0.113.10: got %q, want one for each sandbox", got)
+	}
+
+	r.listings = 0
+	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressOpen})
+	if err := c.Forget(ctx, idA); err != nil {
+		t.Fatal(err)
+	}
+	if r.listings != 0 {
+		t.Errorf("a policy change and a removal listed the table %d times, want none", r.listings)
+	}
+	chainsOf := func(key string) []string {
+		ipt.mu.Lock()
+		defer ipt.mu.Unlock()
+		var out []string
+		for name, rules := range ipt.chains {
+			if strings.Contains(name, key) {
+				out = append(out, name)
+			}
+			for _, rule := range rules {
+				if strings.Contains(rule, key) {
+					out = append(out, name+": "+rule)
+				}
+			}
+		}
+		return out
+	}
+	if left := chainsOf("aaaaaaaaaaaa"); len(left) > 0 {
+		t.Errorf("sandbox A's rules are left: %q", left)
+	}
+	if got := learnedMembers(ipt, "203.0.113.10"); !slices.Equal(got, []string{anySet(sandboxKey(idB)) + " 203.0.113.10"}) {
+		t.Errorf("members for 203.0.113.10: got %q, want B's alone", got)
+	}
+	ipt.mu.Lock()
+	_, anyLeft := ipt.sets[anySet(sandboxKey(idA))]
+	ipt.mu.Unlock()
+	if anyLeft {
+		t.Error("sandbox A's any-port set is left")
+	}
+	if got := learnedMembers(ipt, "203.0.113.33"); len(got) != 0 {
+		t.Errorf("A's learned address with a port is left: %q", got)
+	}
+	if !c.fw.sandboxOK(idB) {
+		t.Error("sandbox B lost its jump")
+	}
+
+	// B's main chain vanishes behind the firewall's back: removing B
+	// falls back to a listing and still leaves nothing.
+	c.fw.mu.Lock()
+	mainB, _ := chainNames(sandboxKey(idB), c.fw.current[sandboxKey(idB)])
+	c.fw.mu.Unlock()
+	ipt.mu.Lock()
+	delete(ipt.chains, mainB)
+	ipt.mu.Unlock()
+	if err := c.Forget(ctx, idB); err != nil {
+		t.Fatal(err)
+	}
+	if left := chainsOf("bbbbbbbbbbbb"); len(left) > 0 {
+		t.Errorf("sandbox B's rules are left: %q", left)
+	}
+	// The previous daemon's sandbox is in the inventory: its removal
+	// lists the table and finds its chain.
+	if !c.fw.unsure["cccccccccccc"] {
+		t.Error("the inventory missed a previous daemon's sandbox")
+	}
+	if err := c.Forget(ctx, "sb-cccccccccccc"); err != nil {
+		t.Fatal(err)
+	}
+	if left := chainsOf("cccccccccccc"); len(left) > 0 {
+		t.Errorf("the previous daemon's sandbox's rules are left: %q", left)
+	}
+	checkInvariants(t, c, ipt)
 }
 
 // TestFirewallRestore: with iptables-restore at hand, a sandbox's chains,
