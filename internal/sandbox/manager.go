@@ -385,15 +385,26 @@ func (m *Manager) waitAgent(ctx context.Context, id string, conn *agentconn.Conn
 func (m *Manager) teardown(ctx context.Context, id string) error {
 	m.closeConn(id)
 	m.life.activity.forget(id)
+	// The firewall rules and the gateway tokens go while the engine
+	// removes the box: they do not depend on each other, and a box whose
+	// rules went first, or last, is confined all the same (its address
+	// falls to the network's final drop).
+	var sideErrs []error
+	side := make(chan struct{})
+	go func() {
+		defer close(side)
+		start := time.Now()
+		if err := m.forgetEgress(ctx, id); err != nil {
+			sideErrs = append(sideErrs, err)
+		}
+		traceParallel(ctx, "egress_parallel", time.Since(start))
+		start = time.Now()
+		if err := m.forgetGateway(ctx, id); err != nil {
+			sideErrs = append(sideErrs, err)
+		}
+		traceParallel(ctx, "gateway_parallel", time.Since(start))
+	}()
 	var errs []error
-	if err := m.forgetEgress(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	driver.TraceStep(ctx, "egress")
-	if err := m.forgetGateway(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	driver.TraceStep(ctx, "gateway")
 	if err := m.drv.Destroy(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("destroy box: %w", err))
 	}
@@ -401,6 +412,9 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 		errs = append(errs, fmt.Errorf("remove run dir: %w", err))
 	}
 	driver.TraceStep(ctx, "run_dir")
+	<-side
+	errs = append(sideErrs, errs...)
+	driver.TraceStep(ctx, "wait_parallel")
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

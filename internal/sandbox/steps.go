@@ -33,9 +33,27 @@ func (m *Manager) clock(op string, log *slog.Logger) *stepClock {
 	return &stepClock{op: op, obs: m.opts.Steps, log: log, start: now, last: now}
 }
 
+type clockKey struct{}
+
 // trace returns ctx with the clock as its driver step trace.
 func (c *stepClock) trace(ctx context.Context) context.Context {
-	return driver.WithStepTrace(ctx, c.step)
+	return driver.WithStepTrace(context.WithValue(ctx, clockKey{}, c), c.step)
+}
+
+// traceParallel reports a step that ran beside the others (it took d) to
+// ctx's clock, if any. It does not end the current step: the steps named
+// *_parallel overlap the others and are not part of their sum.
+func traceParallel(ctx context.Context, name string, d time.Duration) {
+	c, ok := ctx.Value(clockKey{}).(*stepClock)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	c.took = append(c.took, name, d)
+	c.mu.Unlock()
+	if c.obs != nil {
+		c.obs(c.op, name, d)
+	}
 }
 
 // step ends the current step under name.

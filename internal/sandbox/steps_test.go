@@ -35,7 +35,7 @@ func TestSteps(t *testing.T) {
 	// The fake driver reports no steps of its own.
 	for op, want := range map[string][]string{
 		"create":  {"resolve", "record", "listen", "gateway", "egress", "agent", "setup", "record_running", "event"},
-		"destroy": {"lookup", "egress", "gateway", "run_dir", "delete_record", "event"},
+		"destroy": {"lookup", "egress_parallel", "gateway_parallel", "run_dir", "wait_parallel", "delete_record", "event"},
 	} {
 		if !slices.Equal(got[op], want) {
 			t.Errorf("%s steps: got %v, want %v", op, got[op], want)

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/testenv"
 )
@@ -95,6 +97,14 @@ func TestDiskHoldsItsSize(t *testing.T) {
 	if ok, _ := Mounted(mp); ok {
 		t.Errorf("%s still mounted after Remove", mp)
 	}
+	// The loop device goes with the mount (autoclear), not just the
+	// mount; the kernel may let it go a moment after the unmount returns.
+	if held := loopsBacking(p.Dir()); len(held) > 0 {
+		time.Sleep(time.Second)
+		if held := loopsBacking(p.Dir()); len(held) > 0 {
+			t.Errorf("loop devices still backed by the pool's images after Remove: %q", held)
+		}
+	}
 	if ents, _ := os.ReadDir(p.Dir()); len(ents) != 0 {
 		t.Errorf("pool dir after Remove: got %d entries, want none", len(ents))
 	}
@@ -124,4 +134,16 @@ func TestUnescape(t *testing.T) {
 			t.Errorf("unescape(%q): got %q, want %q", in, got, want)
 		}
 	}
+}
+
+// loopsBacking lists the loop devices whose backing file is under dir.
+func loopsBacking(dir string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, bf := range files {
+		if b, err := os.ReadFile(bf); err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), dir+"/") {
+			out = append(out, bf)
+		}
+	}
+	return out
 }
