@@ -471,7 +471,7 @@ func checkInvariants(t *testing.T, c *Controller, ipt *fakeIPT) {
 		if !strings.HasPrefix(name, prefixDyn) {
 			continue
 		}
-		if len(rules) == 0 || !strings.HasSuffix(rules[len(rules)-1], "-j DROP") {
+		if len(rules) == 0 || !strings.HasSuffix(rules[len(rules)-1], "-j REJECT --reject-with icmp-admin-prohibited") {
 			t.Errorf("%s does not end in DROP: %q", name, rules)
 		}
 	}

@@ -402,10 +402,15 @@ func TestEgress(t *testing.T) {
 		if up.wasAsked("other.test") {
 			t.Error("the resolver forwarded a name not on the allowlist")
 		}
-		// A direct connect to an address not allowed fails; allowing it at
-		// runtime lets it through.
-		if reaches(a.ID, in.other.String(), 80) {
+		// A direct connect to an address not allowed fails, and at once:
+		// the firewall rejects it (ICMP administratively prohibited), so
+		// nc gives up by itself with "No route to host" instead of waiting
+		// for timeout(1) to kill it (exit 143), as a DROP made a git clone
+		// hang until its own timeout. Allowing it at runtime lets it through.
+		if out := run(t, d, a.ID, fmt.Sprintf("timeout 5 nc %s 80 </dev/null 2>&1; echo rc=$?", in.other)).Stdout; strings.Contains(out, "hello from") {
 			t.Fatal("connect to a non-allowed address succeeded")
+		} else if !strings.Contains(out, "No route to host") || strings.Contains(out, "rc=143") {
+			t.Errorf("connect to a non-allowed address: got %q, want nc's own failure with No route to host (a reject), not timeout's kill", out)
 		}
 		st, err := d.C.SetEgress(ctx, a.ID, client.EgressPolicy{Allow: []string{"allowed.test", "*.pkg.test:80", in.other.String()}})
 		if err != nil || !st.Enforced {
