@@ -62,6 +62,7 @@ func BenchmarkDensity(b *testing.B) {
 	fds0 := countFDs(d.PID())
 	gor0 := goroutines(b, d.C)
 	rules0, sets0, loops0 := countRules(), countSets(), countLoops()
+	tasks0 := hostTasks()
 
 	ids := make([]string, n)
 	var mu sync.Mutex
@@ -121,6 +122,7 @@ func BenchmarkDensity(b *testing.B) {
 	fds1 := countFDs(d.PID())
 	gor1 := goroutines(b, d.C)
 	rules1, sets1, loops1 := countRules(), countSets(), countLoops()
+	tasks1 := hostTasks()
 	var cgroup, agentRSS, shimRSS, shimAnon []int64
 	for _, id := range live {
 		cg, rss := boxMemory(b, mc, id)
@@ -176,6 +178,7 @@ func BenchmarkDensity(b *testing.B) {
 	tb.Row("host MemAvailable drop per sandbox (MiB, noisy: shared host)", MiB((host0-host1)/k))
 	tb.Row("daemon fds before / after / per sandbox", fmt.Sprintf("%d / %d / %.1f", fds0, fds1, float64(fds1-fds0)/float64(k)))
 	tb.Row("daemon goroutines before / after / per sandbox", fmt.Sprintf("%d / %d / %.1f", gor0, gor1, float64(gor1-gor0)/float64(k)))
+	tb.Row("host tasks (threads, against kernel.pid_max) before / with / per sandbox", fmt.Sprintf("%d / %d / %.1f (pid_max %d)", tasks0, tasks1, float64(tasks1-tasks0)/float64(k), readInt("/proc/sys/kernel/pid_max")))
 	tb.Row("iptables rules (filter, host-wide) before / with / after", fmt.Sprintf("%d / %d / %d", rules0, rules1, rules2))
 	tb.Row("ipsets (host-wide) before / with / after", fmt.Sprintf("%d / %d / %d", sets0, sets1, sets2))
 	tb.Row("loop devices (host-wide) before / with / after", fmt.Sprintf("%d / %d / %d", loops0, loops1, loops2))
@@ -318,4 +321,17 @@ func leftovers(ids []string, dataDir string) []string {
 		}
 	}
 	return left
+}
+
+// hostTasks is the number of tasks (threads) on the host, from
+// /proc/loadavg's "running/total" field: each takes a pid.
+func hostTasks() int {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 4 {
+		return -1
+	}
+	_, total, _ := strings.Cut(f[3], "/")
+	n, _ := strconv.Atoi(total)
+	return n
 }
