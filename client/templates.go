@@ -17,6 +17,7 @@ type (
 	TemplateDefaults   = wire.TemplateDefaults
 	TemplateRef        = wire.TemplateRef
 	TemplateBuildEvent = wire.TemplateBuildEvent
+	TemplateWorkspace  = wire.TemplateWorkspace
 )
 
 // BuildTemplateOptions are the optional parts of a template build.
@@ -96,4 +97,20 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string, force bool) er
 		r.query = url.Values{"force": {"true"}}
 	}
 	return c.doJSON(ctx, r, nil, nil)
+}
+
+// SaveTemplate makes the next version of template name from running
+// sandbox id: its root filesystem as the image (the box is paused for the
+// commit, its processes go on), its /workspace as the version's workspace
+// seed, and its env, limits, runtime and egress as the defaults, each
+// overridden by defaults' (nil: none). A failed save records nothing.
+func (c *Client) SaveTemplate(ctx context.Context, id, name string, defaults *TemplateDefaults) (Template, error) {
+	var out Template
+	op := "save sandbox " + id + " as template " + name
+	if err := checkID(op, id); err != nil {
+		return out, err
+	}
+	err := c.doJSON(ctx, request{op: op, method: http.MethodPost, path: sandboxPath(id, "/template")},
+		wire.SaveTemplateRequest{Name: name, Defaults: defaults}, &out)
+	return out, err
 }

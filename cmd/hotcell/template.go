@@ -24,6 +24,7 @@ Engine (no registry: FROM hotcell/base or any local image), with defaults for
 the sandboxes made from it (hotcell create --template NAME). Each build is a
 new version with its own image, so running sandboxes keep theirs.`,
 		Example: `  hotcell template build -t py-data .
+  hotcell template save $id -t my-box       # this sandbox, its /workspace included
   hotcell template ls
   hotcell create --template py-data
   hotcell template rm py-data`,
@@ -35,7 +36,7 @@ new version with its own image, so running sandboxes keep theirs.`,
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(a.templateBuildCmd(), a.templateLsCmd(), a.templateRmCmd())
+	cmd.AddCommand(a.templateBuildCmd(), a.templateSaveCmd(), a.templateLsCmd(), a.templateRmCmd())
 	return cmd
 }
 
@@ -114,6 +115,57 @@ the template; a create's own values win.`,
 	f.Int64Var(&memory, "memory", 0, "default memory limit in `MiB`")
 	f.Float64Var(&cpus, "cpus", 0, "default CPU limit")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print the build output")
+	_ = cmd.MarkFlagRequired("tag")
+	return cmd
+}
+
+func (a *app) templateSaveCmd() *cobra.Command {
+	var (
+		name, runtime string
+		env           []string
+		memory        int64
+		cpus          float64
+	)
+	cmd := &cobra.Command{
+		Use:   "save SANDBOX -t NAME",
+		Short: "Save a running sandbox as the next version of a template",
+		Long: `Save running sandbox SANDBOX as the next version of template NAME: its root
+filesystem becomes the image (the box is paused for the commit, its
+processes go on after), its /workspace the workspace every sandbox made
+from the template starts with, and its env, limits, runtime and egress
+policy the defaults. --env, --runtime, --memory and --cpus override those
+defaults. A failed save records nothing; earlier versions stay as they were.`,
+		Example: `  hotcell template save $id -t my-box
+  hotcell template save $id -t my-box --env MODE=replay --memory 1024
+  hotcell create --template my-box`,
+		Args: requireArgs(1, 1, "a sandbox id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			envMap, err := parseKV("env", env)
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var over *client.TemplateDefaults
+			if len(envMap) > 0 || runtime != "" || memory != 0 || cpus != 0 {
+				over = &client.TemplateDefaults{Env: envMap, Runtime: runtime, Limits: client.Limits{MemoryMB: memory, CPUs: cpus}}
+			}
+			t, err := c.SaveTemplate(cmd.Context(), args[0], name, over)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "%s:%d\n", termsafe.String(t.Name), t.Version)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&name, "tag", "t", "", "template `NAME` (required)")
+	f.StringArrayVar(&env, "env", nil, "default environment variable `KEY=VALUE`, over the sandbox's (repeatable)")
+	f.StringVar(&runtime, "runtime", "", "default isolation `RUNTIME` (runc or gvisor) instead of the sandbox's")
+	f.Int64Var(&memory, "memory", 0, "default memory limit in `MiB` instead of the sandbox's")
+	f.Float64Var(&cpus, "cpus", 0, "default CPU limit instead of the sandbox's")
 	_ = cmd.MarkFlagRequired("tag")
 	return cmd
 }

@@ -22,6 +22,7 @@ type Templates interface {
 	Get(ctx context.Context, name string) (wire.Template, error)
 	List(ctx context.Context) ([]wire.Template, error)
 	Delete(ctx context.Context, name string, force bool) error
+	Save(ctx context.Context, sandboxID, name string, over *wire.TemplateDefaults) (wire.Template, error)
 }
 
 // maxBuildContext bounds the build context a client may send; it is
@@ -33,6 +34,7 @@ func (s *Server) templateRoutes() {
 	s.handle("GET /v1/templates", s.listTemplates)
 	s.handle("GET /v1/templates/{name}", s.getTemplate)
 	s.handle("DELETE /v1/templates/{name}", s.deleteTemplate)
+	s.handle("POST /v1/sandboxes/{id}/template", s.saveTemplate)
 }
 
 func (s *Server) templatesOrNone() (Templates, error) {
@@ -114,6 +116,38 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 		return reported(err)
 	}
 	_ = st.End(wire.TemplateBuildEvent{Type: wire.TemplateEventTemplate, Template: &t})
+	return nil
+}
+
+// saveTemplate makes the next version of a template from a running
+// sandbox: its root filesystem, its workspace as the seed, its settings as
+// the defaults.
+func (s *Server) saveTemplate(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	var req wire.SaveTemplateRequest
+	if err := readJSON(r, 1<<20, &req); err != nil {
+		return err
+	}
+	if err := templates.ValidateName("name", req.Name); err != nil {
+		return err
+	}
+	if req.Defaults != nil {
+		if err := validateTemplateDefaults(*req.Defaults); err != nil {
+			return err
+		}
+	}
+	tp, err := s.templatesOrNone()
+	if err != nil {
+		return err
+	}
+	t, err := tp.Save(r.Context(), id, req.Name, req.Defaults)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, t)
 	return nil
 }
 

@@ -44,7 +44,12 @@ const (
 	SourceBackup   = "backup"
 	SourceUpload   = "upload"
 	SourceSnapshot = "snapshot" // a snapshot's workspace: kept while the snapshot is
+	SourceTemplate = "template" // a template's workspace seed: kept while the template version is
 )
+
+// owned reports whether a backup belongs to a snapshot or a template:
+// retention and a plain delete leave it alone.
+func owned(b wire.Backup) bool { return b.Source == SourceSnapshot || b.Source == SourceTemplate }
 
 // Store is what the service needs from persistence (store.Store).
 type Store interface {
@@ -500,7 +505,7 @@ func (s *Service) retain(ctx context.Context, sandboxID string, keep int) {
 	}
 	n := 0
 	for _, b := range list { // newest first
-		if b.Source == SourceSnapshot {
+		if owned(b) {
 			continue
 		}
 		n++
@@ -550,8 +555,11 @@ func (s *Service) Delete(ctx context.Context, sandboxID, id string) error {
 	if err != nil {
 		return err
 	}
-	if b.Source == SourceSnapshot {
+	switch b.Source {
+	case SourceSnapshot:
 		return fmt.Errorf("backup %s is the workspace of a snapshot of sandbox %s; delete the snapshot instead: %w", id, sandboxID, errdefs.ErrConflict)
+	case SourceTemplate:
+		return fmt.Errorf("backup %s is the workspace seed of a template saved from sandbox %s; delete the template instead: %w", id, sandboxID, errdefs.ErrConflict)
 	}
 	return s.remove(ctx, b)
 }

@@ -148,7 +148,7 @@ func quotaUsed(list []wire.Backup, keep int) int64 {
 	var used int64
 	n := 0
 	for _, b := range list { // newest first
-		if b.Source != SourceSnapshot {
+		if !owned(b) {
 			n++
 			if keep > 0 && n > keep-1 {
 				continue

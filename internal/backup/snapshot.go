@@ -25,16 +25,6 @@ func (s *Service) snapshotter() (driver.Snapshotter, error) {
 // Snapshot saves a running sandbox's root filesystem as an image and its
 // workspace as a backup; new sandboxes can start from the pair.
 func (s *Service) Snapshot(ctx context.Context, sandboxID string) (wire.Snapshot, error) {
-	snap, err := s.snapshotter()
-	if err != nil {
-		return wire.Snapshot{}, err
-	}
-	conn, err := s.sandboxes.Agent(ctx, sandboxID)
-	if err != nil {
-		return wire.Snapshot{}, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err)
-	}
-	unlock := s.lock(sandboxID)
-	defer unlock()
 	// What is made must be either recorded or removed, whoever hangs up;
 	// the daemon's shutdown waits for it.
 	ctx, end, err := s.opts.Ops.Detach(ctx)
@@ -42,49 +32,112 @@ func (s *Service) Snapshot(ctx context.Context, sandboxID string) (wire.Snapshot
 		return wire.Snapshot{}, err
 	}
 	defer end()
-	sb, err := s.sandboxes.Get(ctx, sandboxID)
+	sn := wire.Snapshot{ID: newID("sn"), SandboxID: sandboxID}
+	sn.Image = SnapshotRepo + ":" + sandboxID + "-" + sn.ID
+	c, err := s.Capture(ctx, sandboxID, sn.Image, map[string]string{driver.LabelSnapshot: sn.ID}, SourceSnapshot)
 	if err != nil {
-		return wire.Snapshot{}, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err)
+		return sn, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err)
 	}
 	// Sandboxes made from the snapshot run as its sandbox did, unless
 	// their create names another runtime.
-	sn := wire.Snapshot{ID: newID("sn"), SandboxID: sandboxID, Runtime: sb.Runtime}
-	sn.Image = SnapshotRepo + ":" + sandboxID + "-" + sn.ID
+	sn.Runtime = c.Sandbox.Runtime
+	sn.WorkspaceBackupID = c.Workspace.ID
+	sn.CreatedAt = time.Now().UTC()
+	if err := s.opts.Store.PutSnapshot(ctx, sn); err != nil {
+		s.Discard(ctx, c)
+		return sn, err
+	}
+	s.log.Info("snapshot recorded", "sandbox", sandboxID, "snapshot", sn.ID, "image", sn.Image)
+	s.sandboxes.Event(ctx, sandboxID, wire.SandboxEventSnapshotted, sn.ID, map[string]string{"snapshot": sn.ID, "image": sn.Image, "backup": c.Workspace.ID})
+	return sn, nil
+}
+
+// Capture is a running sandbox saved whole: its root filesystem as an
+// image, its workspace as a backup, and the sandbox as it was.
+type Capture struct {
+	Image     string
+	Workspace wire.Backup
+	Sandbox   wire.Sandbox
+}
+
+// Capture saves a running sandbox's workspace as a backup of the given
+// source (kept until its owner deletes it, never by retention) and its
+// root filesystem as image ref, labelled with labels; the engine pauses
+// the box for the commit, and its processes go on after. It makes both or
+// neither. The caller records what it made, or calls Discard; its ctx
+// should be detached from a client that may hang up (inflight.Detach).
+func (s *Service) Capture(ctx context.Context, sandboxID, ref string, labels map[string]string, source string) (Capture, error) {
+	snap, err := s.snapshotter()
+	if err != nil {
+		return Capture{}, err
+	}
+	conn, err := s.sandboxes.Agent(ctx, sandboxID)
+	if err != nil {
+		return Capture{}, err
+	}
+	unlock := s.lock(sandboxID)
+	defer unlock()
+	sb, err := s.sandboxes.Get(ctx, sandboxID)
+	if err != nil {
+		return Capture{}, err
+	}
+	c := Capture{Image: ref, Sandbox: sb}
 	// The workspace first, then the root filesystem: the engine pauses the
 	// box for the commit, and a paused agent cannot stream a backup.
-	b, err := s.create(ctx, conn, sandboxID, true, SourceSnapshot, 0, nil)
+	b, err := s.create(ctx, conn, sandboxID, true, source, 0, nil)
 	if err != nil {
 		s.failed(ctx, sandboxID, err)
-		return sn, fmt.Errorf("snapshot sandbox %s: back up the workspace: %w", sandboxID, err)
+		return c, fmt.Errorf("back up the workspace: %w", err)
 	}
-	sn.WorkspaceBackupID = b.ID
+	c.Workspace = b
 	// The image goes to the engine's storage, which hotcell cannot measure
 	// (the engine may be remote); on a one-disk host it is the disk of the
 	// data dir, so the commit needs its reserve there too.
 	if err := s.roomForCommit(); err != nil {
 		_ = s.remove(ctx, b)
 		s.failed(ctx, sandboxID, err)
-		return sn, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err)
+		return c, err
 	}
-	labels := map[string]string{driver.LabelID: sandboxID, driver.LabelSnapshot: sn.ID}
+	all := map[string]string{driver.LabelID: sandboxID}
+	for k, v := range labels {
+		all[k] = v
+	}
 	// The engine pauses the box during the commit; without the hold the
 	// reconciler would record that pause as the sandbox's state.
 	release := s.sandboxes.Hold(sandboxID)
-	err = snap.Commit(ctx, sandboxID, sn.Image, labels)
+	err = snap.Commit(ctx, sandboxID, ref, all)
 	release()
 	if err != nil {
 		_ = s.remove(ctx, b)
-		return sn, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err)
+		return c, err
 	}
-	sn.CreatedAt = time.Now().UTC()
-	if err := s.opts.Store.PutSnapshot(ctx, sn); err != nil {
-		_ = snap.RemoveImage(ctx, sn.Image)
-		_ = s.remove(ctx, b)
-		return sn, err
+	return c, nil
+}
+
+// Discard removes what Capture made, when it could not be recorded.
+func (s *Service) Discard(ctx context.Context, c Capture) {
+	ctx = context.WithoutCancel(ctx)
+	if snap, err := s.snapshotter(); err == nil {
+		if err := snap.RemoveImage(ctx, c.Image); err != nil {
+			s.log.Warn("remove the image of an unrecorded capture", "image", c.Image, "err", err)
+		}
 	}
-	s.log.Info("snapshot recorded", "sandbox", sandboxID, "snapshot", sn.ID, "image", sn.Image)
-	s.sandboxes.Event(ctx, sandboxID, wire.SandboxEventSnapshotted, sn.ID, map[string]string{"snapshot": sn.ID, "image": sn.Image, "backup": b.ID})
-	return sn, nil
+	if err := s.remove(ctx, c.Workspace); err != nil {
+		s.log.Warn("remove the workspace of an unrecorded capture", "backup", c.Workspace.ID, "err", err)
+	}
+}
+
+// RemoveWorkspace removes the workspace backup of a capture whose owner
+// (a template version) is deleted.
+func (s *Service) RemoveWorkspace(ctx context.Context, sandboxID, backupID string) error {
+	b, err := s.opts.Store.GetBackup(ctx, sandboxID, backupID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.remove(ctx, b)
 }
 
 // Snapshots lists a sandbox's snapshots, newest first.

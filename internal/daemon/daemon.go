@@ -151,6 +151,11 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return err
 	}
 
+	tpl := templates.New(st, drv, func(ctx context.Context) ([]wire.Sandbox, error) {
+		return mgr.List(ctx, sandbox.ListFilter{})
+	}, log)
+	tpl.UseCapture(bk, ops)
+
 	keys := apikeys.New(st, log)
 	e2bSrv, err := newE2B(cfg, token, keys, mgr, log)
 	if err != nil {
@@ -172,10 +177,8 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		ObserveRequest:     mets.ObserveRequest,
 		Log:                log,
 		Backups:            bk,
-		Templates: templates.New(st, drv, func(ctx context.Context) ([]wire.Sandbox, error) {
-			return mgr.List(ctx, sandbox.ListFilter{})
-		}, log),
-		Gateway: gw,
+		Templates:          tpl,
+		Gateway:            gw,
 		ReloadGateway: func(context.Context) (wire.GatewayReload, error) {
 			return reloadGateway(cfg, gw)
 		},

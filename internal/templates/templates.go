@@ -18,8 +18,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/backup"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/keyedmutex"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -47,12 +49,22 @@ type Store interface {
 // Sandboxes lists the sandboxes that exist, to see which use a template.
 type Sandboxes func(ctx context.Context) ([]wire.Sandbox, error)
 
+// Capturer saves a running sandbox whole: its root filesystem as an image
+// and its workspace as a backup (backup.Service).
+type Capturer interface {
+	Capture(ctx context.Context, sandboxID, ref string, labels map[string]string, source string) (backup.Capture, error)
+	Discard(ctx context.Context, c backup.Capture)
+	RemoveWorkspace(ctx context.Context, sandboxID, backupID string) error
+}
+
 // Service builds, lists and deletes templates. It is safe for concurrent use.
 type Service struct {
 	st        Store
 	drv       driver.ImageBuilder
 	sandboxes Sandboxes
 	log       *slog.Logger
+	capture   Capturer
+	ops       *inflight.Group
 	// locks serialise the builds and deletes of one name, so that two
 	// builds never take the same version.
 	locks keyedmutex.Map
@@ -60,7 +72,14 @@ type Service struct {
 
 // New returns the service.
 func New(st Store, drv driver.ImageBuilder, sandboxes Sandboxes, log *slog.Logger) *Service {
-	return &Service{st: st, drv: drv, sandboxes: sandboxes, log: log.With("component", "templates")}
+	return &Service{st: st, drv: drv, sandboxes: sandboxes, log: log.With("component", "templates"), ops: inflight.New()}
+}
+
+// UseCapture lets templates be saved from sandboxes (Save) with c, and
+// tracks saves in ops, which the daemon's shutdown waits for. Call it
+// before the service is used.
+func (s *Service) UseCapture(c Capturer, ops *inflight.Group) {
+	s.capture, s.ops = c, ops
 }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
@@ -209,6 +228,11 @@ func (s *Service) Delete(ctx context.Context, name string, force bool) error {
 		if err := s.drv.RemoveImage(ctx, t.Image); err != nil {
 			s.log.Warn("keep the image of a deleted template version", "image", t.Image, "err", err)
 		}
+		if w := t.Workspace; w != nil && s.capture != nil {
+			if err := s.capture.RemoveWorkspace(ctx, w.SandboxID, w.BackupID); err != nil {
+				s.log.Warn("keep the workspace seed of a deleted template version", "backup", w.BackupID, "err", err)
+			}
+		}
 	}
 	s.log.Info("template deleted", "name", name, "versions", len(versions), "force", force, "users", len(users))
 	return nil
@@ -253,4 +277,89 @@ func Apply(req *wire.CreateSandboxRequest, t wire.Template) {
 		to := *d.Timeouts
 		req.Timeouts = &to
 	}
+	// The seed is where the workspace starts; a create that restores a
+	// backup of its own starts from that instead.
+	if w := t.Workspace; w != nil && req.Restore == nil {
+		req.Restore = &wire.RestoreSource{SandboxID: w.SandboxID, BackupID: w.BackupID}
+	}
+}
+
+// Save makes the next version of template name from a running sandbox:
+// its root filesystem (committed while the engine pauses the box; its
+// processes go on after) as the image, its workspace as the workspace
+// seed, and its env, limits, runtime and egress policy as the defaults,
+// each overridden by over's (env key by key). A failed save records
+// nothing and leaves the name's earlier versions as they were.
+func (s *Service) Save(ctx context.Context, sandboxID, name string, over *wire.TemplateDefaults) (wire.Template, error) {
+	if s.capture == nil {
+		return wire.Template{}, fmt.Errorf("saving sandboxes as templates is not enabled on this daemon: %w", errdefs.ErrNotImplemented)
+	}
+	// The image and the seed are recorded or removed, whoever hangs up;
+	// the daemon's shutdown waits for the save.
+	ctx, end, err := s.ops.Detach(ctx)
+	if err != nil {
+		return wire.Template{}, err
+	}
+	defer end()
+	sb, err := s.sandbox(ctx, sandboxID)
+	if err != nil {
+		return wire.Template{}, err
+	}
+	// The engine's commit keeps the box's whole env in the image, the
+	// gateway's tokens with it (they are in the box's env, not in the
+	// record): every sandbox made from the template would hold them.
+	if len(sb.Gateway) > 0 {
+		return wire.Template{}, fmt.Errorf("sandbox %s holds LLM gateway tokens (%s), which its image would carry into every sandbox made from the template; revoke them first (DELETE /v1/sandboxes/%s/gateway/{provider}) or save a sandbox made without gateway: %w",
+			sandboxID, strings.Join(sb.Gateway, ", "), sandboxID, errdefs.ErrConflict)
+	}
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	v, err := s.nextVersion(ctx, name)
+	if err != nil {
+		return wire.Template{}, err
+	}
+	t := wire.Template{Name: name, Version: v, Image: ImageRef(name, v, newBuildID()), FromSandbox: sandboxID,
+		Defaults: fromSandbox(sb, over)}
+	labels := map[string]string{LabelTemplate: name, LabelVersion: strconv.Itoa(v)}
+	c, err := s.capture.Capture(ctx, sandboxID, t.Image, labels, backup.SourceTemplate)
+	if err != nil {
+		return wire.Template{}, fmt.Errorf("save sandbox %s as template %q: %w", sandboxID, name, err)
+	}
+	t.Workspace = &wire.TemplateWorkspace{SandboxID: sandboxID, BackupID: c.Workspace.ID, Size: c.Workspace.Size}
+	t.CreatedAt = time.Now().UTC()
+	if err := s.st.PutTemplate(ctx, t); err != nil {
+		s.capture.Discard(ctx, c)
+		return wire.Template{}, err
+	}
+	s.log.Info("template saved from a sandbox", "name", name, "version", v, "image", t.Image, "sandbox", sandboxID, "workspace", c.Workspace.ID)
+	return t, nil
+}
+
+func (s *Service) sandbox(ctx context.Context, id string) (wire.Sandbox, error) {
+	sbs, err := s.sandboxes(ctx)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
+	for _, sb := range sbs {
+		if sb.ID == id {
+			return sb, nil
+		}
+	}
+	return wire.Sandbox{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+}
+
+// fromSandbox is the defaults of a template saved from sb: sb's env,
+// limits, runtime and egress, each overridden by over's.
+func fromSandbox(sb wire.Sandbox, over *wire.TemplateDefaults) wire.TemplateDefaults {
+	d := wire.TemplateDefaults{Env: sb.Env, Limits: sb.Limits, Runtime: sb.Runtime}
+	if sb.Egress != nil {
+		e := *sb.Egress
+		d.Egress = &e
+	}
+	if over == nil {
+		return d
+	}
+	req := wire.CreateSandboxRequest{Env: over.Env, Limits: over.Limits, Runtime: over.Runtime, Egress: over.Egress, Timeouts: over.Timeouts}
+	Apply(&req, wire.Template{Defaults: d})
+	return wire.TemplateDefaults{Env: req.Env, Limits: req.Limits, Runtime: req.Runtime, Egress: req.Egress, Timeouts: req.Timeouts}
 }

@@ -12,6 +12,32 @@ type Template struct {
 	Image     string           `json:"image"`
 	Defaults  TemplateDefaults `json:"defaults"`
 	CreatedAt time.Time        `json:"createdAt"`
+	// Workspace is the version's workspace seed, if it has one: a sandbox
+	// made from it starts with this /workspace (unless its create
+	// restores a backup of its own).
+	Workspace *TemplateWorkspace `json:"workspace,omitempty"`
+	// FromSandbox names the sandbox the version was saved from
+	// (POST /v1/sandboxes/{id}/template); empty for a build.
+	FromSandbox string `json:"fromSandbox,omitempty"`
+}
+
+// TemplateWorkspace is a template version's workspace seed: a workspace
+// backup kept for as long as the version is.
+type TemplateWorkspace struct {
+	SandboxID string `json:"sandboxId"`
+	BackupID  string `json:"backupId"`
+	// Size is the backup file's size in bytes.
+	Size int64 `json:"size"`
+}
+
+// SaveTemplateRequest is the body of POST /v1/sandboxes/{id}/template:
+// the sandbox's root filesystem and workspace become the next version of
+// template Name.
+type SaveTemplateRequest struct {
+	Name string `json:"name"`
+	// Defaults override, field by field (env key by key), the defaults
+	// taken from the sandbox: its env, limits, runtime and egress policy.
+	Defaults *TemplateDefaults `json:"defaults,omitempty"`
 }
 
 // TemplateDefaults are the create fields a template fills in when the
