@@ -40,7 +40,7 @@ over the file. The API token is created on first start in DATA_DIR/token.`,
 				if created {
 					note = " (new)"
 				}
-				fmt.Fprintf(a.stderr, "hotcell serve: listening on http://%s; API token in %s%s\n", addr, tokenPath, note)
+				fmt.Fprintf(a.stderr, "hotcell serve: listening on http://%s; API token in %s%s; web console at http://%s/ui/\n", addr, tokenPath, note, addr)
 			}
 			err = daemon.RunWithReady(cmd.Context(), cfg, log, ready)
 			if err != nil && !errors.Is(err, context.Canceled) {

@@ -219,6 +219,10 @@ func (s *Server) serve(rw *responseWriter, r *http.Request, rid string) (aborted
 	} else if s.opts.E2B != nil && (r.URL.Path == e2bPrefix || strings.HasPrefix(r.URL.Path, e2bPrefix+"/")) {
 		setAPIHeaders(rw.Header())
 		http.StripPrefix(e2bPrefix, s.opts.E2B).ServeHTTP(rw, r)
+	} else if r.URL.Path == "/" && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+		// A browser pointed at the daemon gets the console.
+		setAPIHeaders(rw.Header())
+		http.Redirect(rw, r, consolePrefix+"/", http.StatusFound)
 	} else if r.URL.Path == consolePrefix || strings.HasPrefix(r.URL.Path, consolePrefix+"/") {
 		// The console's static files: no data, so no credentials.
 		serveConsole(rw, r)

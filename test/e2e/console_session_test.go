@@ -250,6 +250,23 @@ func TestConsoleSession(t *testing.T) {
 		}
 	})
 
+	t.Run("a browser at / goes to the console", func(t *testing.T) {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", self+"/", nil)
+		req.Header.Set("Accept", "text/html,application/xhtml+xml")
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
+			t.Errorf("GET / from a browser: %d Location %q, want 302 to /ui/", resp.StatusCode, resp.Header.Get("Location"))
+		}
+		// An API client still gets the API's JSON answer.
+		if resp, body := (consoleCall{method: "GET", path: "/"}).do(t, d); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, `"error"`) {
+			t.Errorf("GET / from an API client: %d %s, want the API's JSON 401", resp.StatusCode, body)
+		}
+	})
 	t.Run("the console's page", func(t *testing.T) {
 		resp, body := consoleCall{method: "GET", path: "/ui/"}.do(t, d)
 		csp := resp.Header.Get("Content-Security-Policy")

@@ -47,6 +47,7 @@ before(async () => {
     executablePath: process.env.CHROMIUM,
     headless: true,
     viewport: { width: 1280, height: 860 },
+    permissions: ["clipboard-read", "clipboard-write"],
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
       "--disable-sync", "--no-first-run"],
   });
@@ -168,6 +169,21 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
     await page.waitForFunction(() => document.querySelector(".xterm-rows").innerText.includes("before-reload-6"), null, { timeout: T });
     await typeInTerminal("echo after-reload-$((3*3))");
     await page.waitForFunction(() => document.querySelector(".xterm-rows").innerText.includes("after-reload-9"), null, { timeout: T });
+  });
+
+  await t.test("terminal: copy and paste", async () => {
+    // Paste: the clipboard's text goes to the shell as typed input.
+    await page.evaluate(() => navigator.clipboard.writeText("echo pasted-$((5*5))"));
+    await page.click("button:has-text('Paste')");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.querySelector(".xterm-rows").innerText.includes("pasted-25"), null, { timeout: T });
+    // Copy: a double-click selects the word on screen; Copy puts it on
+    // the clipboard.
+    const row = page.locator(".xterm-rows > div", { hasText: /^after-reload-9\s*$/ }).first();
+    const box = await row.boundingBox();
+    await page.mouse.dblclick(box.x + 4, box.y + box.height / 2);
+    await page.click("button:has-text('Copy')");
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "after-reload-9");
   });
 
   await t.test("upload a file by drag and drop", async () => {
