@@ -18,6 +18,8 @@ type (
 	TemplateRef        = wire.TemplateRef
 	TemplateBuildEvent = wire.TemplateBuildEvent
 	TemplateWorkspace  = wire.TemplateWorkspace
+	PoolConfig         = wire.PoolConfig
+	PoolStatus         = wire.PoolStatus
 )
 
 // BuildTemplateOptions are the optional parts of a template build.
@@ -113,4 +115,27 @@ func (c *Client) SaveTemplate(ctx context.Context, id, name string, defaults *Te
 	err := c.doJSON(ctx, request{op: op, method: http.MethodPost, path: sandboxPath(id, "/template")},
 		wire.SaveTemplateRequest{Name: name, Defaults: defaults}, &out)
 	return out, err
+}
+
+// SetTemplatePool configures the warm pool of template name: min boxes of
+// its latest version kept ready for creates from it to claim. Min 0
+// removes the pool. A bad field is an *APIError naming it.
+func (c *Client) SetTemplatePool(ctx context.Context, name string, cfg PoolConfig) (PoolStatus, error) {
+	var out PoolStatus
+	err := c.doJSON(ctx, request{op: "set template pool", method: http.MethodPut, path: "/v1/templates/" + url.PathEscape(name) + "/pool"}, cfg, &out)
+	return out, err
+}
+
+// GetTemplatePool returns the warm pool of template name: its config, its
+// ready and creating boxes, claims and misses. No pool is a not-found.
+func (c *Client) GetTemplatePool(ctx context.Context, name string) (PoolStatus, error) {
+	var out PoolStatus
+	err := c.doJSON(ctx, request{op: "get template pool", method: http.MethodGet, path: "/v1/templates/" + url.PathEscape(name) + "/pool"}, nil, &out)
+	return out, err
+}
+
+// DeleteTemplatePool removes the warm pool of template name; its boxes are
+// destroyed in the background.
+func (c *Client) DeleteTemplatePool(ctx context.Context, name string) error {
+	return c.doJSON(ctx, request{op: "delete template pool", method: http.MethodDelete, path: "/v1/templates/" + url.PathEscape(name) + "/pool"}, nil, nil)
 }

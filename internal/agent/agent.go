@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"sync"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -56,6 +57,9 @@ type handler struct {
 	reaper    *Reaper
 	log       *slog.Logger
 	started   time.Time
+
+	envMu  sync.RWMutex
+	envSet map[string]string // PUT /v1/env (env.go)
 }
 
 // NewHandler returns the agent API. It serves every route under /v1/.
@@ -108,6 +112,7 @@ func NewHandler(opts Options) http.Handler {
 	h.portRoutes(mux)
 	h.restoreRoutes(mux)
 	h.accountsRoutes(mux)
+	h.envRoutes(mux)
 	mux.Handle("/", h.adapt(func(w http.ResponseWriter, r *http.Request) error {
 		return classErr(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path)
 	}))

@@ -128,7 +128,7 @@ func (h *handler) startProcess(spec execSpec) (*process, *startFailure, error) {
 	if !fi.IsDir() {
 		return nil, nil, errdefs.Invalid("cwd", "%s is not a directory", spec.cwd)
 	}
-	env := mergeEnv(h.opts.BaseEnv, spec.env)
+	env := mergeEnv(h.baseEnv(), spec.env)
 	var prog string
 	var argv []string
 	if spec.shell {

@@ -155,7 +155,7 @@ func (t *terminals) start(spec termSpec, first *termAttachment) (*termSession, e
 			}
 		}
 	}
-	env := mergeEnv(t.h.opts.BaseEnv, extra)
+	env := mergeEnv(t.h.baseEnv(), extra)
 	prog, argv, failure := t.h.resolveProgram(spec.exec, env)
 
 	s := &termSession{

@@ -94,6 +94,23 @@ type Conn struct {
 	adopting context.Context
 	stop     context.CancelFunc
 	adopts   sync.WaitGroup
+	// onConnect, when set, runs on every new session before it serves.
+	onConnect atomic.Pointer[ConnectHook]
+}
+
+// ConnectHook runs on each new agent session after its health check and
+// before any request of the daemon's may use it; rt reaches the agent on
+// that session. An error refuses the session (the agent dials again).
+type ConnectHook func(ctx context.Context, rt http.RoundTripper) error
+
+// OnConnect sets the hook every later session runs before it serves; nil
+// removes it. A session that is up already does not run it.
+func (c *Conn) OnConnect(h ConnectHook) {
+	if h == nil {
+		c.onConnect.Store(nil)
+		return
+	}
+	c.onConnect.Store(&h)
 }
 
 // Listen removes a stale socket at path, listens on it and starts accepting
@@ -213,6 +230,9 @@ func (c *Conn) adopt(nc net.Conn, handshakeDone func()) {
 	}
 	ctx, cancel := context.WithTimeout(c.adopting, c.handshakeTimeout)
 	h, err := healthOn(ctx, sess)
+	if hook := c.onConnect.Load(); err == nil && hook != nil {
+		err = runHook(ctx, sess, *hook)
+	}
 	cancel()
 	if err == nil {
 		err = nc.SetDeadline(time.Time{})
@@ -260,6 +280,20 @@ func (c *Conn) adopt(nc net.Conn, handshakeDone func()) {
 		return
 	}
 	c.logf(slog.LevelDebug, "agent session ended")
+}
+
+// runHook runs hook with a transport on sess.
+func runHook(ctx context.Context, sess *yamux.Session, hook ConnectHook) error {
+	tr := &http.Transport{
+		DialContext:            func(context.Context, string, string) (net.Conn, error) { return sess.Open() },
+		DisableKeepAlives:      true,
+		MaxResponseHeaderBytes: maxHeaderBytes,
+	}
+	defer tr.CloseIdleConnections()
+	if err := hook(ctx, tr); err != nil {
+		return fmt.Errorf("connect hook: %w", err)
+	}
+	return nil
 }
 
 // healthOn asks the agent on sess for its health, on a stream of its own.

@@ -82,3 +82,10 @@ type GatewayAccess interface {
 	RotateGateway(ctx context.Context, id, provider string) (wire.GatewayCredential, error)
 	RevokeGateway(ctx context.Context, id, provider string) (wire.Sandbox, error)
 }
+
+// Pools keeps the templates' warm pools (sandbox.Manager's pool.go).
+type Pools interface {
+	SetPool(ctx context.Context, name string, cfg wire.PoolConfig) (wire.PoolStatus, error)
+	DeletePool(ctx context.Context, name string) error
+	PoolStatus(name string) (wire.PoolStatus, bool)
+}

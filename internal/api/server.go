@@ -34,6 +34,8 @@ type Options struct {
 	Ports         Ports
 	Stats         Stats
 	GatewayAccess GatewayAccess
+	// Pools keeps the templates' warm pools; nil turns the pool routes off.
+	Pools Pools
 	// Token is the daemon's own credential: it may do everything,
 	// managing API keys included.
 	Token string

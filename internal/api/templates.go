@@ -35,6 +35,86 @@ func (s *Server) templateRoutes() {
 	s.handle("GET /v1/templates/{name}", s.getTemplate)
 	s.handle("DELETE /v1/templates/{name}", s.deleteTemplate)
 	s.handle("POST /v1/sandboxes/{id}/template", s.saveTemplate)
+	s.handle("PUT /v1/templates/{name}/pool", s.setPool)
+	s.handle("GET /v1/templates/{name}/pool", s.getPool)
+	s.handle("DELETE /v1/templates/{name}/pool", s.deletePool)
+}
+
+// maxPoolBody bounds the body of PUT .../pool.
+const maxPoolBody = 4 << 10
+
+func (s *Server) poolsOrNone() (Pools, error) {
+	if s.opts.Pools == nil || s.opts.Templates == nil {
+		return nil, fmt.Errorf("warm pools are not enabled on this daemon: %w", errdefs.ErrNotImplemented)
+	}
+	return s.opts.Pools, nil
+}
+
+// withPool adds template t's pool status, if it has a pool.
+func (s *Server) withPool(t wire.Template) wire.Template {
+	if s.opts.Pools != nil {
+		if st, ok := s.opts.Pools.PoolStatus(t.Name); ok {
+			t.Pool = &st
+		}
+	}
+	return t
+}
+
+func (s *Server) setPool(w http.ResponseWriter, r *http.Request) error {
+	ps, err := s.poolsOrNone()
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if err := templates.ValidateName("name", name); err != nil {
+		return err
+	}
+	var cfg wire.PoolConfig
+	if err := readJSON(r, maxPoolBody, &cfg); err != nil {
+		return err
+	}
+	st, err := ps.SetPool(r.Context(), name, cfg)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func (s *Server) getPool(w http.ResponseWriter, r *http.Request) error {
+	ps, err := s.poolsOrNone()
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if err := templates.ValidateName("name", name); err != nil {
+		return err
+	}
+	if _, err := s.opts.Templates.Get(r.Context(), name); err != nil {
+		return err
+	}
+	st, ok := ps.PoolStatus(name)
+	if !ok {
+		return fmt.Errorf("template %q has no pool (PUT one with min > 0): %w", name, errdefs.ErrNotFound)
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) error {
+	ps, err := s.poolsOrNone()
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if err := templates.ValidateName("name", name); err != nil {
+		return err
+	}
+	if err := ps.DeletePool(r.Context(), name); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func (s *Server) templatesOrNone() (Templates, error) {
@@ -160,6 +240,9 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	for i := range list {
+		list[i] = s.withPool(list[i])
+	}
 	writeJSON(w, http.StatusOK, wire.TemplateList{Templates: list})
 	return nil
 }
@@ -177,7 +260,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, t)
+	writeJSON(w, http.StatusOK, s.withPool(t))
 	return nil
 }
 
@@ -194,8 +277,21 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	pooled := false
+	if st := s.withPool(wire.Template{Name: name}).Pool; st != nil {
+		pooled = true
+		if !force {
+			return fmt.Errorf("template %q has a warm pool (min %d); remove it first (DELETE /v1/templates/%s/pool) or delete with force=true: %w", name, st.Config.Min, name, errdefs.ErrConflict)
+		}
+	}
 	if err := tp.Delete(r.Context(), name, force); err != nil {
 		return err
+	}
+	if pooled {
+		// Its boxes drain in the background; the template is gone.
+		if err := s.opts.Pools.DeletePool(r.Context(), name); err != nil {
+			s.log.Warn("remove the pool of a deleted template", "template", name, "err", err)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

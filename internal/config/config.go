@@ -106,6 +106,9 @@ type Config struct {
 	// E2BTemplates maps E2B template ids to images, "id=image,..." (e2b.go);
 	// "base" is DefaultImage unless it is mapped here.
 	E2BTemplates string
+	// Pools configures templates' warm pools, "name=min[:max[:rate]],..."
+	// (pools.go); the API's PUT /v1/templates/{name}/pool sets them too.
+	Pools string
 	// DefaultLimits fill, per field, the limits a create request leaves
 	// out; MaxLimits cap what a request may ask for (limits.go). A zero
 	// field is unlimited.
@@ -210,6 +213,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.ConsoleSessionTTL }},
 	{"e2b_templates", kindString, "comma-separated E2B template ids and the images they mean, id=image (e.g. code-interpreter-v1=myorg/ci:latest); base is default_image unless named here, and other ids are taken as image names (docs/e2b.md)",
 		func(c *Config) any { return &c.E2BTemplates }},
+	{"pools", kindString, "warm pools of templates, name=min[:max[:refill per second]], comma-separated (e.g. py-data=8:16:4); they replace what the API set for those templates at each start (docs/templates.md)",
+		func(c *Config) any { return &c.Pools }},
 	{"default_limits", kindLimits, "limits of a sandbox whose create gives none, per field: " + limitsSyntax + "; fields not named keep this default; disk is the size of /workspace and the most the root filesystem's writable layer may take",
 		func(c *Config) any { return &c.DefaultLimits }},
 	{"disk_check_interval", kindDuration, "how often each running sandbox's writable layer is measured; one over its disk limit is stopped (reason disk_limit)",
@@ -576,6 +581,10 @@ func (c *Config) Validate() error {
 		return bad("e2b_templates", c.E2BTemplates, "%v", err)
 	}
 
+	if _, err := parsePools(c.Pools); err != nil {
+		return bad("pools", c.Pools, "%v", err)
+	}
+
 	if err := c.validateLimits(bad); err != nil {
 		return err
 	}
@@ -748,6 +757,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("console_session_ttl", c.ConsoleSessionTTL),
 		slog.String("preview_domain", c.PreviewDomain),
 		slog.String("e2b_templates", c.E2BTemplates),
+		slog.String("pools", c.Pools),
 		slog.String("default_limits", FormatLimits(c.DefaultLimits)),
 		slog.String("max_limits", FormatLimits(c.MaxLimits)),
 		slog.Duration("disk_check_interval", c.DiskCheckInterval),

@@ -21,6 +21,8 @@ var (
 	_ api.Ports         = (*sandbox.Manager)(nil)
 	_ api.Stats         = (*sandbox.Manager)(nil)
 	_ api.GatewayAccess = (*sandbox.Manager)(nil)
+	_ api.Pools         = (*sandbox.Manager)(nil)
+	_ sandbox.PoolStore = (*store.Store)(nil)
 	_ sandbox.Store     = (*store.Store)(nil)
 	_ backup.Sandboxes  = (*sandbox.Manager)(nil)
 	_ api.Backups       = (*backup.Service)(nil)
@@ -49,5 +51,6 @@ func withManager(o api.Options, mgr *sandbox.Manager) api.Options {
 	o.Ports = mgr
 	o.Stats = mgr
 	o.GatewayAccess = mgr
+	o.Pools = mgr
 	return o
 }

@@ -123,6 +123,11 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	})
 	mets.Registry().MustRegister(gw.Collector())
 	mets.Registry().MustRegister(eg.Collector())
+	// The templates' users are the manager's sandboxes, and the manager's
+	// pools make boxes from the templates.
+	tpls := templates.New(st, drv, func(ctx context.Context) ([]wire.Sandbox, error) {
+		return mgr.List(ctx, sandbox.ListFilter{})
+	}, log)
 	mgr = sandbox.New(drv, st, sandbox.Options{
 		DataDir:         cfg.DataDir,
 		AgentBinary:     agentPath,
@@ -141,8 +146,14 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		MaxLimits:      cfg.MaxLimits,
 		DefaultRuntime: cfg.DefaultRuntime,
 		Steps:          mets.ObserveStep,
+		PoolStore:      st,
+		Templates:      tpls,
 	})
 	defer mgr.Close() // also when a later step of the start fails
+	// Before Recover, which re-adopts the boxes of the pools it loads.
+	if err := mgr.ConfigurePools(ctx, cfg.PoolMap()); err != nil {
+		return fmt.Errorf("configure pools: %w", err)
+	}
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
 	}
@@ -151,10 +162,8 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return err
 	}
 
-	tpl := templates.New(st, drv, func(ctx context.Context) ([]wire.Sandbox, error) {
-		return mgr.List(ctx, sandbox.ListFilter{})
-	}, log)
-	tpl.UseCapture(bk, ops)
+	tpls.UseCapture(bk, ops)
+	mets.Registry().MustRegister(mgr.PoolCollector())
 
 	keys := apikeys.New(st, log)
 	e2bSrv, err := newE2B(cfg, token, keys, mgr, log)
@@ -177,7 +186,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		ObserveRequest:     mets.ObserveRequest,
 		Log:                log,
 		Backups:            bk,
-		Templates:          tpl,
+		Templates:          tpls,
 		Gateway:            gw,
 		ReloadGateway: func(context.Context) (wire.GatewayReload, error) {
 			return reloadGateway(cfg, gw)

@@ -61,6 +61,9 @@ func (b *broker) notify() {
 // the daemon (backups: "restored") log through it too. Logging never fails
 // the operation it describes: an error is only logged.
 func (m *Manager) Event(ctx context.Context, id, typ, message string, fields map[string]string) {
+	if m.pools.member(id) {
+		return // a box waiting in a pool has no owner to tell
+	}
 	ctx = context.WithoutCancel(ctx)
 	m.log.Info("sandbox event", "sandbox", id, "type", typ, "message", message)
 	if _, err := m.store.AddEvent(ctx, wire.SandboxEvent{

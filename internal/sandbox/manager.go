@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,6 +76,9 @@ type Options struct {
 	// Steps, when set, learns how long each step of a create and a
 	// destroy took (steps.go).
 	Steps StepObserver
+	// PoolStore and Templates, both set, turn warm pools on (pool.go).
+	PoolStore PoolStore
+	Templates TemplateSource
 }
 
 // Manager drives sandboxes through their lifecycle.
@@ -88,8 +92,9 @@ type Manager struct {
 	conns map[string]*agentconn.Conn
 	locks keyedmutex.Map // one per sandbox id, serialising its lifecycle
 
-	life *lifecycle // events, activity, timeouts, reconciler (lifecycle.go)
-	rts  runtimes   // what the backend can run (runtime.go)
+	life  *lifecycle // events, activity, timeouts, reconciler (lifecycle.go)
+	rts   runtimes   // what the backend can run (runtime.go)
+	pools *poolSet   // warm pools (pool.go); nil when off
 }
 
 // New returns a Manager. Call Recover before serving requests.
@@ -119,6 +124,7 @@ func New(drv driver.Driver, st Store, opts Options) *Manager {
 		log:   opts.Log.With("component", "sandbox"),
 		conns: map[string]*agentconn.Conn{},
 		life:  newLifecycle(opts.Lifecycle),
+		pools: newPoolSet(opts.PoolStore, opts.Templates),
 	}
 }
 
@@ -150,6 +156,7 @@ func (m *Manager) listen(id string) (*agentconn.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.OnConnect(m.sendEnv(id))
 	m.conns[id] = c
 	return c, nil
 }
@@ -213,6 +220,16 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	runtime, err := m.ResolveRuntime(ctx, req.Runtime)
 	if err != nil {
 		return wire.Sandbox{}, err
+	}
+	if co.Template != nil && m.pools.has(co.Template.Name) {
+		if sb, ok, err := m.claim(ctx, req, co, image, egress, limits, runtime, persist, progress); ok {
+			return sb, err
+		}
+	}
+	if m.pools != nil {
+		// Refills wait while the API's creates make boxes.
+		m.pools.cold.Add(1)
+		defer m.pools.cold.Add(-1)
 	}
 	// The image comes first so that a missing one leaves nothing behind.
 	if err := m.drv.EnsureImage(ctx, image, progress); err != nil {
@@ -309,16 +326,36 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		return fail(err)
 	}
 	clock.step("agent")
+	if err := m.fillWorkspace(ctx, &sb, req, co, conn, spec.DNS, progress); err != nil {
+		return fail(err)
+	}
+	sb.State = wire.StateRunning
+	sb.UpdatedAt = time.Now().UTC()
+	clock.step("setup")
+	if err := m.store.Put(ctx, sb); err != nil {
+		return fail(fmt.Errorf("record sandbox: %w", err))
+	}
+	clock.step("record_running")
+	log.Info("sandbox created", "image", image, "runtime", runtime)
+	m.Event(ctx, sb.ID, wire.SandboxEventCreated, "", map[string]string{"image": image, "runtime": runtime})
+	clock.step("event")
+	return m.withDeadlines(sb), nil
+}
+
+// fillWorkspace runs the steps of a create that follow a ready agent, the
+// same for a new box and a claimed one: the restore (co.Populate), the
+// repo's clone and the setup commands, recording their results in sb.
+func (m *Manager) fillWorkspace(ctx context.Context, sb *wire.Sandbox, req wire.CreateSandboxRequest, co CreateOptions, conn *agentconn.Conn, dns []netip.Addr, progress driver.Progress) error {
 	if co.Populate != nil {
 		if err := co.Populate(ctx, sb.ID, conn); err != nil {
-			return fail(err)
+			return err
 		}
 	}
 	if req.Repo != nil {
 		progress("cloning " + redact.URLWithoutUserinfo(req.Repo.URL))
-		res, err := m.cloneInto(ctx, sb.ID, sb.Egress, spec.DNS, conn, *req.Repo)
+		res, err := m.cloneInto(ctx, sb.ID, sb.Egress, dns, conn, *req.Repo)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		sb.Repo = &res
 	}
@@ -335,28 +372,18 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		// serves, keep the whole command for its owner.
 		what := setupSummary(i, cmd)
 		if err != nil {
-			return fail(fmt.Errorf("run %s: %w", what, err))
+			return fmt.Errorf("run %s: %w", what, err)
 		}
 		sb.Setup = append(sb.Setup, res)
 		m.Event(ctx, sb.ID, wire.SandboxEventSetup, fmt.Sprintf("%s exited %d", what, res.ExitCode), map[string]string{"command": cmd, "exitCode": fmt.Sprint(res.ExitCode)})
 		// A failing setup command does not fail the create, but the
 		// commands after it assume it worked, so they are not run.
 		if res.ExitCode != 0 {
-			log.Info("setup command failed; later ones skipped", "setup", what, "exitCode", res.ExitCode)
+			m.log.Info("setup command failed; later ones skipped", "sandbox", sb.ID, "setup", what, "exitCode", res.ExitCode)
 			break
 		}
 	}
-	sb.State = wire.StateRunning
-	sb.UpdatedAt = time.Now().UTC()
-	clock.step("setup")
-	if err := m.store.Put(ctx, sb); err != nil {
-		return fail(fmt.Errorf("record sandbox: %w", err))
-	}
-	clock.step("record_running")
-	log.Info("sandbox created", "image", image, "runtime", runtime)
-	m.Event(ctx, sb.ID, wire.SandboxEventCreated, "", map[string]string{"image": image, "runtime": runtime})
-	clock.step("event")
-	return m.withDeadlines(sb), nil
+	return nil
 }
 
 // waitAgent waits for the agent of a just-started box, and notices a box
@@ -425,9 +452,19 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 	return nil
 }
 
-// Get returns one sandbox.
+// Get returns one sandbox. A box waiting unclaimed in a pool is not one.
 func (m *Manager) Get(ctx context.Context, id string) (wire.Sandbox, error) {
-	return m.withDeadlinesErr(m.store.Get(ctx, id))
+	return m.withDeadlinesErr(m.getVisible(ctx, id))
+}
+
+// getVisible reads the record of sandbox id, which must not be a box that
+// waits unclaimed in a pool: users never see those.
+func (m *Manager) getVisible(ctx context.Context, id string) (wire.Sandbox, error) {
+	sb, err := m.store.Get(ctx, id)
+	if err == nil && sb.Pool != "" {
+		return wire.Sandbox{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, err
 }
 
 // ListFilter selects sandboxes in List. Zero fields match everything;
@@ -440,7 +477,7 @@ type ListFilter struct {
 
 // List returns the sandboxes that match f.
 func (m *Manager) List(ctx context.Context, f ListFilter) ([]wire.Sandbox, error) {
-	list, err := m.store.List(ctx, store.Filter{State: f.State, Labels: f.Labels})
+	list, err := m.store.List(ctx, store.Filter{State: f.State, Labels: f.Labels, HidePooled: true})
 	for i := range list {
 		list[i] = m.withDeadlines(list[i])
 	}
@@ -462,6 +499,9 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 	defer end()
 	unlock := m.lock(id)
 	defer unlock()
+	if m.pools.member(id) {
+		return nil // the pool's, not a user's: it does not exist for them
+	}
 	clock := m.clock("destroy", m.log.With("sandbox", id))
 	defer clock.done()
 	ctx = clock.trace(ctx)
@@ -488,7 +528,7 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getVisible(ctx, id)
 	if err != nil {
 		return sb, err
 	}
@@ -532,7 +572,7 @@ func (m *Manager) Stop(ctx context.Context, id string) (wire.Sandbox, error) {
 func (m *Manager) stop(ctx context.Context, id, reason string) (wire.Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getVisible(ctx, id)
 	if err != nil {
 		return sb, err
 	}
@@ -582,7 +622,7 @@ func (m *Manager) setError(ctx context.Context, id, reason string) {
 
 // Agent returns the agent connection of a running sandbox.
 func (m *Manager) Agent(ctx context.Context, id string) (*agentconn.Conn, error) {
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getVisible(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -612,6 +652,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	for _, sb := range recs {
 		log := m.log.With("sandbox", sb.ID)
+		if sb.Pool != "" {
+			if err := m.recoverPooled(ctx, sb); err != nil {
+				return err
+			}
+			continue
+		}
 		if sb.State == wire.StateCreating {
 			log.Warn("rolling back a create the daemon did not finish")
 			if err := m.teardown(ctx, sb.ID); err != nil {

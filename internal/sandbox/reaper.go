@@ -36,6 +36,13 @@ func (m *Manager) RunBackground(ctx context.Context) error {
 		defer l.wg.Done()
 		m.diskLoop(ctx)
 	}()
+	if m.pools != nil {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			m.poolLoop(ctx)
+		}()
+	}
 	<-ctx.Done()
 	l.wg.Wait()
 	return nil

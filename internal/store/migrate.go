@@ -102,6 +102,12 @@ var migrations = []string{
 		doc        TEXT NOT NULL,
 		PRIMARY KEY (name, version)
 	) WITHOUT ROWID;`,
+	// 8: warm pools: each template's pool configuration. The pool a
+	// waiting box belongs to is its document's "pool" (empty once claimed).
+	`CREATE TABLE IF NOT EXISTS pools (
+		name TEXT PRIMARY KEY,
+		doc  TEXT NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // SchemaVersion is the schema version this binary writes.

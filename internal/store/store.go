@@ -43,6 +43,9 @@ type Store struct {
 type Filter struct {
 	State  wire.State
 	Labels map[string]string
+	// HidePooled leaves out the boxes that wait unclaimed in a pool, as
+	// every listing a user sees must.
+	HidePooled bool
 }
 
 // Open opens (creating if needed) the database at path, applies pending
@@ -167,6 +170,9 @@ func (s *Store) List(ctx context.Context, f Filter) ([]wire.Sandbox, error) {
 		where []string
 		args  []any
 	)
+	if f.HidePooled {
+		where = append(where, notPooled)
+	}
 	if f.State != "" {
 		where = append(where, "s.state = ?")
 		args = append(args, string(f.State))
@@ -221,14 +227,18 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// Count returns the number of stored sandboxes.
+// Count returns the number of stored sandboxes, leaving out the boxes
+// that wait unclaimed in a pool.
 func (s *Store) Count(ctx context.Context) (int, error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes`).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes s WHERE `+notPooled).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count sandboxes: %w", err)
 	}
 	return n, nil
 }
+
+// notPooled selects the sandboxes that do not wait in a pool.
+const notPooled = `COALESCE(json_extract(s.doc, '$.pool'), '') = ''`
 
 // unixNano is t in Unix nanoseconds, and 0 for the zero time, whose
 // UnixNano is undefined.

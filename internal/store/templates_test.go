@@ -61,3 +61,54 @@ func TestTemplates(t *testing.T) {
 		t.Errorf("list after delete: got %+v, want go only", list)
 	}
 }
+
+func TestPoolsAndPooledSandboxes(t *testing.T) {
+	ctx := t.Context()
+	st, _ := openTest(t)
+	if err := st.PutPool(ctx, "py", wire.PoolConfig{Min: 2, Max: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutPool(ctx, "py", wire.PoolConfig{Min: 3}); err != nil {
+		t.Fatal(err)
+	}
+	pools, err := st.Pools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pools["py"]; len(pools) != 1 || got.Min != 3 || got.Max != 0 {
+		t.Fatalf("got %+v, want one pool py with min 3", pools)
+	}
+	now := time.Now()
+	for _, sb := range []wire.Sandbox{
+		{ID: "sb-a", State: wire.StateRunning, CreatedAt: now, UpdatedAt: now, Pool: "py"},
+		{ID: "sb-b", State: wire.StateRunning, CreatedAt: now, UpdatedAt: now},
+	} {
+		if err := st.Put(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := st.Count(ctx); err != nil || n != 1 {
+		t.Fatalf("count: got %d, %v, want 1 (the pooled box is not counted)", n, err)
+	}
+	if l, _ := st.List(ctx, Filter{HidePooled: true}); len(l) != 1 || l[0].ID != "sb-b" {
+		t.Fatalf("hidden list: got %+v, want sb-b only", l)
+	}
+	if l, _ := st.List(ctx, Filter{}); len(l) != 2 {
+		t.Fatalf("full list: got %d, want 2", len(l))
+	}
+	// A claim clears the pool: the box shows from then on.
+	sb, _ := st.Get(ctx, "sb-a")
+	sb.Pool = ""
+	if err := st.Put(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := st.Count(ctx); n != 2 {
+		t.Fatalf("count after claim: got %d, want 2", n)
+	}
+	if err := st.DeletePool(ctx, "py"); err != nil {
+		t.Fatal(err)
+	}
+	if pools, _ := st.Pools(ctx); len(pools) != 0 {
+		t.Fatalf("after delete: got %+v", pools)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/egress"
 	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/wsdisk"
@@ -415,6 +416,9 @@ func (d *Daemon) Close() {
 		}
 		d.stop(syscall.SIGTERM)
 	}
+	// What the API does not list (the boxes of warm pools, which outlive
+	// a daemon as sandboxes do) goes by the instance label of the data dir.
+	removeInstance(d.DataDir)
 	if d.ownsEgress {
 		// Sandboxes outlive a daemon, so it leaves its network; a test's
 		// daemon is the last user of its own.
@@ -425,6 +429,23 @@ func (d *Daemon) Close() {
 	}
 	unmountUnder(d.DataDir)
 	os.RemoveAll(d.DataDir)
+}
+
+// removeInstance removes the containers and volumes labelled with the
+// instance id of dataDir.
+func removeInstance(dataDir string) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "instance"))
+	id := strings.TrimSpace(string(b))
+	if err != nil || id == "" {
+		return
+	}
+	filter := "label=" + driver.LabelInstance + "=" + id
+	if out, err := exec.Command("docker", "ps", "-aq", "--filter", filter).Output(); err == nil && len(strings.Fields(string(out))) > 0 {
+		_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, strings.Fields(string(out))...)...).Run()
+	}
+	if out, err := exec.Command("docker", "volume", "ls", "-q", "--filter", filter).Output(); err == nil && len(strings.Fields(string(out))) > 0 {
+		_ = exec.Command("docker", append([]string{"volume", "rm", "-f"}, strings.Fields(string(out))...)...).Run()
+	}
 }
 
 // unmountUnder detaches what is still mounted under dir (the workspace disk

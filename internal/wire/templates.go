@@ -19,6 +19,8 @@ type Template struct {
 	// FromSandbox names the sandbox the version was saved from
 	// (POST /v1/sandboxes/{id}/template); empty for a build.
 	FromSandbox string `json:"fromSandbox,omitempty"`
+	// Pool is the template's warm pool, when it has one (in answers only).
+	Pool *PoolStatus `json:"pool,omitempty"`
 }
 
 // TemplateWorkspace is a template version's workspace seed: a workspace
@@ -79,3 +81,34 @@ const (
 	TemplateEventKeepalive = "keepalive"
 	TemplateEventTemplate  = "template"
 )
+
+// PoolConfig is a template's warm pool: boxes made ahead from its latest
+// version, claimed by creates from the template (PUT /v1/templates/{name}/pool).
+type PoolConfig struct {
+	// Min is how many ready boxes the pool keeps; 0 drains it.
+	Min int `json:"min"`
+	// Max bounds the pool's boxes (ready and being made): under demand the
+	// pool grows from Min towards Max by the claims of the last minute.
+	// 0 means Min.
+	Max int `json:"max,omitempty"`
+	// RefillPerSecond bounds how many boxes the pool starts per second;
+	// 0 means the daemon's default (2).
+	RefillPerSecond float64 `json:"refillPerSecond,omitempty"`
+}
+
+// PoolStatus is a pool's configuration and what it holds now.
+type PoolStatus struct {
+	Template string     `json:"template"`
+	Config   PoolConfig `json:"config"`
+	// Version is the template version the pool makes boxes from.
+	Version int `json:"version"`
+	// Ready boxes wait to be claimed; Creating are being made.
+	Ready    int `json:"ready"`
+	Creating int `json:"creating"`
+	// Claims and Misses count creates from the template since the daemon
+	// started that took a pooled box or found none that matched.
+	Claims int64 `json:"claims"`
+	Misses int64 `json:"misses"`
+	// LastError is the last refill failure, empty once a refill worked.
+	LastError string `json:"lastError,omitempty"`
+}

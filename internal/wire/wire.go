@@ -132,6 +132,10 @@ type Sandbox struct {
 	Runtime string `json:"runtime"`
 	// Template is the template version the sandbox was made from, if any.
 	Template *TemplateRef `json:"template,omitempty"`
+	// Pool names the template pool that holds this box while it waits,
+	// unclaimed; it is empty from the claim on, and the API never serves
+	// a box that has it set.
+	Pool string `json:"pool,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.
@@ -269,4 +273,11 @@ type HostInfo struct {
 type ArchiveResult struct {
 	Files int64 `json:"files"`
 	Bytes int64 `json:"bytes"`
+}
+
+// SetEnvRequest is the body of the agent's PUT /v1/env: the variables every
+// process the agent starts from then on gets over the box's own env. It
+// replaces the previous set whole.
+type SetEnvRequest struct {
+	Env map[string]string `json:"env"`
 }

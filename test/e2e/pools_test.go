@@ -1,0 +1,352 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/testdaemon"
+	"github.com/hotcell/hotcell/internal/testenv"
+)
+
+// poolTemplate builds a small template FROM hotcell/base with an env
+// default on daemon d and returns its name.
+func poolTemplate(t *testing.T, d *testdaemon.Daemon, marker string) string {
+	t.Helper()
+	name := templateName(t)
+	_, err := d.C.BuildTemplate(t.Context(), name, client.BuildTemplateOptions{
+		Defaults: &client.TemplateDefaults{Env: map[string]string{"TPL": "tpl", "OWNER": "nobody"}},
+	}, buildContext(t, map[string]string{"Dockerfile": "FROM hotcell/base:latest\nRUN echo " + marker + " > /opt/marker\n"}), nil)
+	if err != nil {
+		t.Fatalf("build template: %v\n%s", err, d.Logs())
+	}
+	return name
+}
+
+// waitPool polls the pool of name until cond holds, failing after a minute.
+func waitPool(t *testing.T, d *testdaemon.Daemon, name, what string, cond func(client.PoolStatus) bool) client.PoolStatus {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		st, err := d.C.GetTemplatePool(t.Context(), name)
+		if err == nil && cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool of %s: %s: not reached in 90s: last %+v, %v\n%s", name, what, st, err, d.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// instanceBoxes lists the ids of every container of daemon d (pooled or
+// not) with their state, as the engine sees them.
+func instanceBoxes(t *testing.T, d *testdaemon.Daemon) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d.DataDir, "instance"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=hotcell.instance="+strings.TrimSpace(string(b)),
+		"--format", `{{.Label "hotcell.id"}} {{.State}}`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxes := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if id, st, ok := strings.Cut(line, " "); ok {
+			boxes[id] = st
+		}
+	}
+	return boxes
+}
+
+// pooledIDs are the boxes of d that the API does not list.
+func pooledIDs(t *testing.T, d *testdaemon.Daemon) []string {
+	t.Helper()
+	list, err := d.C.ListSandboxes(t.Context(), client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for id := range instanceBoxes(t, d) {
+		if !slices.ContainsFunc(list, func(sb client.Sandbox) bool { return sb.ID == id }) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// TestPoolClaim: a pool keeps its boxes ready and hidden; a create from
+// the template claims one and gets its own env (seen by an exec, over the
+// template's), labels, egress policy (enforced) and timeouts; a bad
+// config is a 400 naming its field.
+func TestPoolClaim(t *testing.T) {
+	testenv.RequireDocker(t)
+	t.Parallel()
+	d := testdaemon.Start(t)
+	t.Cleanup(d.Close)
+	ctx := t.Context()
+	name := poolTemplate(t, d, "claim")
+
+	for _, c := range []struct {
+		cfg   client.PoolConfig
+		field string
+	}{
+		{client.PoolConfig{Min: -1}, "min"},
+		{client.PoolConfig{Min: 5000}, "min"},
+		{client.PoolConfig{Min: 4, Max: 2}, "max"},
+		{client.PoolConfig{Min: 1, RefillPerSecond: 1000}, "refillPerSecond"},
+	} {
+		_, err := d.C.SetTemplatePool(ctx, name, c.cfg)
+		wantTplStatus(t, fmt.Sprintf("pool %+v", c.cfg), err, http.StatusBadRequest, c.field)
+	}
+	_, err := d.C.SetTemplatePool(ctx, "no-such-template", client.PoolConfig{Min: 1})
+	wantTplStatus(t, "pool of a missing template", err, http.StatusNotFound, "no-such-template")
+	_, err = d.C.GetTemplatePool(ctx, name)
+	wantTplStatus(t, "get before a pool", err, http.StatusNotFound, name)
+
+	if _, err := d.C.SetTemplatePool(ctx, name, client.PoolConfig{Min: 2, RefillPerSecond: 10}); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, d, name, "2 ready", func(s client.PoolStatus) bool { return s.Ready == 2 })
+	// Hidden: not listed, not counted, no events.
+	if list, _ := d.C.ListSandboxes(ctx, client.ListOptions{}); len(list) != 0 {
+		t.Errorf("list with a pool of 2: got %d sandboxes, want 0", len(list))
+	}
+	if h, _ := d.C.Host(ctx); h.Sandboxes != 0 {
+		t.Errorf("host count with a pool of 2: got %d, want 0", h.Sandboxes)
+	}
+	pooled := pooledIDs(t, d)
+	if len(pooled) != 2 {
+		t.Fatalf("pooled boxes on the engine: got %v, want 2", pooled)
+	}
+	for _, id := range pooled {
+		if _, err := d.C.GetSandbox(ctx, id); err == nil {
+			t.Errorf("get of pooled box %s: served, want 404", id)
+		}
+	}
+	if evs, _ := d.C.HostEvents(ctx, client.EventsOptions{}); len(evs) != 0 {
+		t.Errorf("host events with only a pool: got %+v, want none", evs)
+	}
+	tpl, err := d.C.GetTemplate(ctx, name)
+	if err != nil || tpl.Pool == nil || tpl.Pool.Config.Min != 2 {
+		t.Errorf("template with its pool: got %+v, %v", tpl.Pool, err)
+	}
+
+	sb := newSandbox(t, d, client.CreateSandboxRequest{
+		Template: name,
+		Env:      map[string]string{"OWNER": "alice", "EXTRA": "x"},
+		Labels:   map[string]string{"who": "alice"},
+		Egress:   &client.EgressPolicy{Mode: "none"},
+		Timeouts: &client.Timeouts{IdleSeconds: 3600},
+	})
+	if !slices.Contains(pooled, sb.ID) {
+		t.Errorf("create with a ready pool: got %s, want one of the pooled %v", sb.ID, pooled)
+	}
+	if sb.Labels["who"] != "alice" || sb.Env["OWNER"] != "alice" || sb.Template == nil || sb.Egress == nil || sb.Egress.Mode != "none" {
+		t.Errorf("claimed sandbox: got labels %v env %v template %+v egress %+v", sb.Labels, sb.Env, sb.Template, sb.Egress)
+	}
+	if sb.Timeouts == nil || sb.Timeouts.IdleSeconds != 3600 || time.Since(sb.CreatedAt) > time.Minute {
+		t.Errorf("claimed sandbox timeouts: got %+v created %v, want idle 3600 counting from the claim", sb.Timeouts, sb.CreatedAt)
+	}
+	out := mustOK(t, run(t, d, sb.ID, `echo "$TPL $OWNER $EXTRA"; cat /opt/marker; ls /sys/class/net`), "exec after claim")
+	if want := "tpl alice x\nclaim\nlo\n"; out != want {
+		t.Errorf("exec in the claimed box: got %q, want %q (the claimer's env over the template's, no network under egress none)", out, want)
+	}
+	// A background process and a terminal get the env too.
+	proc, err := d.C.StartProcess(ctx, sb.ID, client.StartProcessRequest{Command: `echo "$OWNER" > /tmp/proc-env`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitProcessExit(t, d, sb.ID, proc.ID)
+	if out := mustOK(t, run(t, d, sb.ID, "cat /tmp/proc-env"), "read"); out != "alice\n" {
+		t.Errorf("background process in the claimed box: got %q, want alice", out)
+	}
+	evs, err := d.C.SandboxEvents(ctx, sb.ID, client.EventsOptions{})
+	if err != nil || len(evs) != 1 || evs[0].Type != "created" || evs[0].Fields["pool"] != name {
+		t.Errorf("events of the claimed sandbox: got %+v, %v, want one created event from the pool", evs, err)
+	}
+	st := waitPool(t, d, name, "refilled after a claim", func(s client.PoolStatus) bool { return s.Ready == 2 })
+	if st.Claims != 1 || st.Misses != 0 {
+		t.Errorf("pool after one claim: got claims %d misses %d, want 1, 0", st.Claims, st.Misses)
+	}
+	if ids := pooledIDs(t, d); slices.Contains(ids, sb.ID) || len(ids) != 2 {
+		t.Errorf("pool after the claim: got %v, want 2 boxes without %s", ids, sb.ID)
+	}
+
+	// The env survives a stop and start (a new agent process).
+	if _, err := d.C.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.C.StartSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustOK(t, run(t, d, sb.ID, `echo "$OWNER"`), "exec after restart"); out != "alice\n" {
+		t.Errorf("env after stop/start: got %q, want alice", out)
+	}
+
+	// A request that does not match (other limits) misses and makes a box.
+	miss := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Limits: client.Limits{PidsLimit: 123}})
+	if slices.Contains(pooledIDs(t, d), miss.ID) || slices.Contains(pooled, miss.ID) {
+		t.Errorf("a create that does not match took pooled box %s", miss.ID)
+	}
+	if st, _ := d.C.GetTemplatePool(ctx, name); st.Misses != 1 {
+		t.Errorf("misses after a create with other limits: got %d, want 1", st.Misses)
+	}
+
+	// Deleting the template is refused while it has a pool.
+	err = d.C.DeleteTemplate(ctx, name, false)
+	wantTplStatus(t, "delete a template with a pool", err, http.StatusConflict, "pool")
+	if err := d.C.DeleteTemplatePool(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(pooledIDs(t, d)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if ids := pooledIDs(t, d); len(ids) != 0 {
+		t.Errorf("after the pool's delete: boxes %v remain", ids)
+	}
+}
+
+// TestPoolConcurrentClaims: N creates at once from a pool of N each get a
+// box of their own, and the pool refills.
+func TestPoolConcurrentClaims(t *testing.T) {
+	testenv.RequireDocker(t)
+	t.Parallel()
+	d := testdaemon.Start(t)
+	t.Cleanup(d.Close)
+	ctx := t.Context()
+	name := poolTemplate(t, d, "concurrent")
+	const n = 6
+	if _, err := d.C.SetTemplatePool(ctx, name, client.PoolConfig{Min: n, RefillPerSecond: 20}); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, d, name, "full", func(s client.PoolStatus) bool { return s.Ready == n })
+	pooled := pooledIDs(t, d)
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Template: name, Env: map[string]string{"OWNER": fmt.Sprint("claimer-", i)}})
+			if err != nil {
+				t.Errorf("claim %d: %v", i, err)
+				return
+			}
+			ids[i] = sb.ID
+		}()
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for i, id := range ids {
+		if id == "" {
+			continue
+		}
+		if j, dup := seen[id]; dup {
+			t.Errorf("claims %d and %d both got %s", j, i, id)
+		}
+		seen[id] = i
+		if !slices.Contains(pooled, id) {
+			t.Errorf("claim %d got %s, not a pooled box (%v)", i, id, pooled)
+		}
+		if out := mustOK(t, run(t, d, id, `echo "$OWNER"`), "exec"); out != fmt.Sprint("claimer-", i, "\n") {
+			t.Errorf("claim %d (%s): got env %q, want its own", i, id, out)
+		}
+	}
+	st := waitPool(t, d, name, "refilled", func(s client.PoolStatus) bool { return s.Ready >= n })
+	if st.Claims != n {
+		t.Errorf("claims: got %d, want %d", st.Claims, n)
+	}
+	for _, id := range pooledIDs(t, d) {
+		if _, dup := seen[id]; dup {
+			t.Errorf("a claimed box %s is back in the pool", id)
+		}
+	}
+}
+
+// TestPoolRestartAndReplace: a pool comes back with the daemon with the
+// same boxes (none leaked); a rebuilt template's pool replaces its boxes;
+// a pooled box whose container was killed is replaced, never handed out.
+func TestPoolRestartAndReplace(t *testing.T) {
+	testenv.RequireDocker(t)
+	t.Parallel()
+	d := testdaemon.Start(t)
+	t.Cleanup(d.Close)
+	ctx := t.Context()
+	name := poolTemplate(t, d, "v1")
+	if _, err := d.C.SetTemplatePool(ctx, name, client.PoolConfig{Min: 2, RefillPerSecond: 10}); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, d, name, "full", func(s client.PoolStatus) bool { return s.Ready == 2 })
+	before := pooledIDs(t, d)
+
+	d.Restart()
+	waitPool(t, d, name, "back after a restart", func(s client.PoolStatus) bool { return s.Ready == 2 })
+	if after := pooledIDs(t, d); !slices.Equal(after, before) {
+		t.Errorf("pooled boxes after a restart: got %v, want the same %v (re-adopted, none leaked or added)", after, before)
+	}
+	if n := len(instanceBoxes(t, d)); n != 2 {
+		t.Errorf("boxes on the engine after a restart: got %d, want 2", n)
+	}
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Env: map[string]string{"OWNER": "after-restart"}})
+	if !slices.Contains(before, sb.ID) {
+		t.Errorf("claim after a restart: got %s, want one of %v", sb.ID, before)
+	}
+	if out := mustOK(t, run(t, d, sb.ID, `echo "$OWNER"; cat /opt/marker`), "exec"); out != "after-restart\nv1\n" {
+		t.Errorf("claimed after a restart: got %q", out)
+	}
+	waitPool(t, d, name, "refilled", func(s client.PoolStatus) bool { return s.Ready == 2 })
+
+	// A killed box is replaced, not handed out.
+	killed := pooledIDs(t, d)
+	for _, id := range killed {
+		if out, err := exec.Command("docker", "kill", "hotcell-"+id).CombinedOutput(); err != nil {
+			// The container's name may differ: kill by label.
+			out2, err2 := exec.Command("sh", "-c", "docker kill $(docker ps -q --filter label=hotcell.id="+id+")").CombinedOutput()
+			if err2 != nil {
+				t.Fatalf("kill %s: %v %s / %v %s", id, err, out, err2, out2)
+			}
+		}
+	}
+	fresh := newSandbox(t, d, client.CreateSandboxRequest{Template: name})
+	if slices.Contains(killed, fresh.ID) {
+		t.Errorf("a create got killed pooled box %s", fresh.ID)
+	}
+	mustOK(t, run(t, d, fresh.ID, "true"), "exec in a box made after the pool's were killed")
+	waitPool(t, d, name, "replaced the killed boxes", func(s client.PoolStatus) bool {
+		ids := pooledIDs(t, d)
+		return s.Ready == 2 && len(ids) == 2 && !slices.Contains(ids, killed[0]) && !slices.Contains(ids, killed[1])
+	})
+
+	// A rebuild: the pool replaces its boxes with the new version's.
+	if _, err := d.C.BuildTemplate(ctx, name, client.BuildTemplateOptions{
+		Defaults: &client.TemplateDefaults{Env: map[string]string{"TPL": "tpl", "OWNER": "nobody"}},
+	}, buildContext(t, map[string]string{"Dockerfile": "FROM hotcell/base:latest\nRUN echo v2 > /opt/marker\n"}), nil); err != nil {
+		t.Fatal(err)
+	}
+	old := pooledIDs(t, d)
+	waitPool(t, d, name, "version 2 boxes", func(s client.PoolStatus) bool {
+		ids := pooledIDs(t, d)
+		return s.Version == 2 && s.Ready == 2 && len(ids) == 2 && !slices.Contains(ids, old[0]) && !slices.Contains(ids, old[1])
+	})
+	v2 := newSandbox(t, d, client.CreateSandboxRequest{Template: name})
+	if out := mustOK(t, run(t, d, v2.ID, "cat /opt/marker"), "exec"); out != "v2\n" || v2.Template.Version != 2 {
+		t.Errorf("claim after a rebuild: got %q version %d, want v2", out, v2.Template.Version)
+	}
+	if err := d.C.DeleteTemplatePool(context.WithoutCancel(ctx), name); err != nil {
+		t.Error(err)
+	}
+}
