@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
@@ -84,6 +85,29 @@ func TestConsoleBrowser(t *testing.T) {
 			}
 		}
 	})
+	runConsoleNode(t, node, d, "console.test.mjs", "HOTCELL_LABEL="+label)
+}
+
+// TestConsoleBrowserGateway: a sandbox's LLM gateway use shows on its
+// Gateway tab against the provider's budget (a daemon with a fake upstream).
+func TestConsoleBrowserGateway(t *testing.T) {
+	t.Parallel()
+	node := requireConsoleDeps(t)
+	d, _ := gatewayDaemon(t)
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t), Gateway: []string{"limited"}})
+	res := run(t, d, sb.ID, `curl -sS --max-time 30 -H "Authorization: Bearer $HOTCELL_LIMITED_TOKEN" -H 'content-type: application/json' -d '{"model":"m","messages":[]}' "$HOTCELL_LIMITED_BASE_URL/chat/completions"`)
+	if !strings.Contains(res.Stdout, "hello from the fake upstream") {
+		t.Fatalf("the sandbox's call through the gateway: %+v", res)
+	}
+	runConsoleNode(t, node, d, "gateway.test.mjs", "HOTCELL_SANDBOX="+sb.ID)
+}
+
+// runConsoleNode runs `node --test test/e2e/console/<script>` against d
+// and fails t, with node's output, when node fails. The script gets
+// HOTCELL_URL, HOTCELL_TOKEN (to check from the API's side), HOTCELL_KEY
+// (a fresh API key to sign in with), CHROMIUM and SCREENSHOTS, and env.
+func runConsoleNode(t *testing.T, node string, d *testdaemon.Daemon, script string, env ...string) {
+	t.Helper()
 	token, err := os.ReadFile(filepath.Join(d.DataDir, "token"))
 	if err != nil {
 		t.Fatal(err)
@@ -106,22 +130,22 @@ func TestConsoleBrowser(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", filepath.Join("console", "console.test.mjs"))
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", filepath.Join("console", script))
 	cmd.Env = append(os.Environ(),
 		"HOTCELL_URL=http://"+d.Addr,
 		"HOTCELL_TOKEN="+strings.TrimSpace(string(token)),
 		"HOTCELL_KEY="+key.Key,
-		"HOTCELL_LABEL="+label,
 		"CHROMIUM="+chromiumPath,
 		"SCREENSHOTS="+shots,
 		"NO_COLOR=1",
 	)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("node --test console/console.test.mjs: %v\n%s\n--- daemon log (tail) ---\n%s", err, out, tail(d.Logs(), 8000))
+		t.Fatalf("node --test console/%s: %v\n%s\n--- daemon log (tail) ---\n%s", script, err, out, tail(d.Logs(), 8000))
 	}
-	t.Logf("node --test console/console.test.mjs:\n%s", out)
+	t.Logf("node --test console/%s:\n%s", script, out)
 }
 
 func tail(s string, n int) string {

@@ -305,8 +305,9 @@ export function sandboxPage(id, go) {
       replace(body, h("table.list", {}, h("thead", {}, h("tr", {}, ["Provider", "Requests", "Rejected", "Errors", "Tokens", "Rate/min", "In", "Out"].map((t) => h("th", {}, t)))),
         h("tbody", {}, u.providers.map((p) => {
           const b = p.budget || {};
-          return h("tr", {}, h("td", {}, p.provider), h("td", {}, of(p.requests, b.requests)), h("td", {}, p.rejected), h("td", {}, p.errors),
-            h("td", {}, of(p.totalTokens, b.tokens), h("meter", { min: 0, max: b.tokens || 1, value: b.tokens ? p.totalTokens : 0, title: "tokens used of the budget" })),
+          const meter = (used, cap, what) => cap ? h("meter", { min: 0, max: cap, value: used, high: cap * 0.8, title: `${what} used of the budget` }) : null;
+          return h("tr", {}, h("td", {}, p.provider), h("td", {}, of(p.requests, b.requests), meter(p.requests, b.requests, "requests")), h("td", {}, p.rejected), h("td", {}, p.errors),
+            h("td", {}, of(p.totalTokens, b.tokens), meter(p.totalTokens, b.tokens, "tokens")),
             h("td", {}, b.ratePerMinute || "–"), h("td", {}, bytes(p.bytesIn)), h("td", {}, bytes(p.bytesOut)));
         }))));
     }

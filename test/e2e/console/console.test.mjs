@@ -6,29 +6,12 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
+import { BASE, TOKEN, KEY, SHOTS, T, launch, apiCall } from "./browser.mjs";
 
-const BASE = process.env.HOTCELL_URL;
-const TOKEN = process.env.HOTCELL_TOKEN;
-const KEY = process.env.HOTCELL_KEY;
 const LABEL = process.env.HOTCELL_LABEL;
-const SHOTS = process.env.SCREENSHOTS;
-const T = 30_000; // bound on each wait; none is a timing assertion
 
-let browser, page, profile, sandboxId;
-
-// apiCall checks from the API's side, with the daemon's token.
-async function apiCall(method, path, body) {
-  const r = await fetch(BASE + path, {
-    method,
-    headers: { Authorization: "Bearer " + TOKEN, ...(body ? { "Content-Type": "application/json" } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  return { status: r.status, text: await r.text() };
-}
+let b, browser, page, sandboxId;
 
 const shot = (name) => page.screenshot({ path: join(SHOTS, name + ".png") });
 const termText = () => page.locator(".xterm-rows").innerText();
@@ -40,26 +23,12 @@ async function typeInTerminal(line) {
 }
 
 before(async () => {
-  profile = mkdtempSync(join(tmpdir(), "hc-chromium-"));
-  // A fresh profile (--user-data-dir) per run: playwright passes it to
-  // chromium for a persistent context.
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM,
-    headless: true,
-    viewport: { width: 1280, height: 860 },
-    permissions: ["clipboard-read", "clipboard-write"],
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-      "--disable-sync", "--no-first-run"],
-  });
-  page = browser.pages()[0] || await browser.newPage();
-  page.on("pageerror", (e) => console.log("page error:", e.message));
-  page.on("console", (m) => { if (m.type() === "error") console.log("console error:", m.text()); });
+  b = await launch();
+  browser = b.browser;
+  page = b.page;
 });
 
-after(async () => {
-  if (browser) await browser.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
-});
+after(async () => { if (b) await b.close(); });
 
 test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
   await t.test("a wrong key is refused", async () => {
