@@ -166,7 +166,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	mets.Registry().MustRegister(mgr.PoolCollector())
 
 	keys := apikeys.New(st, log)
-	e2bSrv, err := newE2B(cfg, token, keys, mgr, log)
+	e2bSrv, err := newE2B(cfg, token, keys, mgr, tpls, bk, log)
 	if err != nil {
 		return err
 	}

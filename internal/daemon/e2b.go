@@ -1,20 +1,26 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 
+	"github.com/hotcell/hotcell/internal/backup"
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/e2b"
+	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/images"
 	"github.com/hotcell/hotcell/internal/sandbox"
+	"github.com/hotcell/hotcell/internal/templates"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // newE2B builds the E2B-compatible API (docs/e2b.md). Its envd access
 // tokens derive from a secret kept in the data dir, so they survive a
 // restart.
-func newE2B(cfg config.Config, token string, keys e2b.Keys, mgr *sandbox.Manager, log *slog.Logger) (*e2b.Server, error) {
+func newE2B(cfg config.Config, token string, keys e2b.Keys, mgr *sandbox.Manager, tpl *templates.Service, bk *backup.Service, log *slog.Logger) (*e2b.Server, error) {
 	secret, _, err := config.EnsureToken(filepath.Join(cfg.DataDir, "e2b-secret"))
 	if err != nil {
 		return nil, fmt.Errorf("e2b secret: %w", err)
@@ -34,7 +40,34 @@ func newE2B(cfg config.Config, token string, keys e2b.Keys, mgr *sandbox.Manager
 		Secret:       []byte(secret),
 		DefaultImage: cfg.DefaultImage,
 		Templates:    templates,
-		Domain:       cfg.PreviewDomain,
-		Log:          log,
+		HotcellTemplates: func(ctx context.Context, name string, req *wire.CreateSandboxRequest) (sandbox.CreateOptions, bool, error) {
+			return hotcellTemplate(ctx, tpl, bk, name, req)
+		},
+		Domain: cfg.PreviewDomain,
+		Log:    log,
 	}), nil
+}
+
+// hotcellTemplate turns an E2B create whose templateID names a hotcell
+// template into a create from it, as the API's create with template does:
+// its image, its defaults under the request's fields, its workspace seed.
+func hotcellTemplate(ctx context.Context, tpl *templates.Service, bk *backup.Service, name string, req *wire.CreateSandboxRequest) (sandbox.CreateOptions, bool, error) {
+	if templates.ValidateName("templateID", name) != nil {
+		return sandbox.CreateOptions{}, false, nil
+	}
+	t, err := tpl.Get(ctx, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return sandbox.CreateOptions{}, false, nil
+	}
+	if err != nil {
+		return sandbox.CreateOptions{}, false, err
+	}
+	templates.Apply(req, t)
+	co := sandbox.CreateOptions{Template: &wire.TemplateRef{Name: t.Name, Version: t.Version}}
+	if req.Restore != nil {
+		if co.Populate, err = bk.PrepareCreate(ctx, req); err != nil {
+			return co, true, err
+		}
+	}
+	return co, true, nil
 }

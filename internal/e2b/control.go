@@ -3,8 +3,10 @@ package e2b
 // The control plane (e2b-protocol.md §2): E2B sandboxes are ordinary
 // hotcell sandboxes, so hotcell's own API sees and manages them too.
 //
-//   - templateID → image: "base" is the daemon's default image, an id in
-//     Options.Templates is that image, any other id is an image name.
+//   - templateID → image: an id in Options.Templates is that image; a
+//     hotcell template's name is that template (its latest version: image,
+//     defaults under the request's fields, workspace seed); "base" is the
+//     daemon's default image; any other id is an image name.
 //   - metadata → labels (the same rules; list filters are label filters).
 //     Labels under labelPrefix are hotcell's own bookkeeping, hidden from
 //     metadata and refused in it.
@@ -352,7 +354,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, err := s.opts.Sandboxes.Create(r.Context(), creq, sandbox.CreateOptions{})
+	var co sandbox.CreateOptions
+	if _, alias := s.opts.Templates[req.TemplateID]; !alias && s.opts.HotcellTemplates != nil {
+		if co, _, err = s.opts.HotcellTemplates(r.Context(), req.TemplateID, &creq); err != nil {
+			return err
+		}
+	}
+	sb, err := s.opts.Sandboxes.Create(r.Context(), creq, co)
 	if err != nil {
 		return err
 	}

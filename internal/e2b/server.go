@@ -78,12 +78,21 @@ type Options struct {
 	// Templates maps other template ids to images; an id not in it is
 	// taken as an image name.
 	Templates map[string]string
+	// HotcellTemplates, if set, resolves a template id that Templates does
+	// not map as a hotcell template (docs/templates.md): ok is false when
+	// there is no template of that name.
+	HotcellTemplates TemplateResolver
 	// Domain is the sandbox domain reported to the SDK: sandbox.getHost(port)
 	// is <port>-<id>.<Domain>, which hotcell's preview proxy answers. Empty
 	// reports null.
 	Domain string
 	Log    *slog.Logger
 }
+
+// TemplateResolver turns req into a create from hotcell template name:
+// its image, its defaults under req's own fields, its workspace seed. ok
+// is false, and req unchanged, when no template has that name.
+type TemplateResolver func(ctx context.Context, name string, req *wire.CreateSandboxRequest) (co sandbox.CreateOptions, ok bool, err error)
 
 // Server serves the E2B routes. Its Handler expects paths without the
 // mount prefix (/v2/sandboxes, /process.Process/Start).
