@@ -26,6 +26,7 @@ new version with its own image, so running sandboxes keep theirs.`,
 		Example: `  hotcell template build -t py-data .
   hotcell template save $id -t my-box       # this sandbox, its /workspace included
   hotcell template ls
+  hotcell template pool py-data --min 8     # keep 8 ready: creates take one in ms
   hotcell create --template py-data
   hotcell template rm py-data`,
 		SuggestionsMinimumDistance: 2,
@@ -36,7 +37,7 @@ new version with its own image, so running sandboxes keep theirs.`,
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(a.templateBuildCmd(), a.templateSaveCmd(), a.templateLsCmd(), a.templateRmCmd())
+	cmd.AddCommand(a.templateBuildCmd(), a.templateSaveCmd(), a.templateLsCmd(), a.templateRmCmd(), a.templatePoolCmd())
 	return cmd
 }
 
@@ -193,9 +194,14 @@ func (a *app) templateLsCmd() *cobra.Command {
 			}
 			now := time.Now()
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tVERSION\tIMAGE\tCREATED")
+			fmt.Fprintln(tw, "NAME\tVERSION\tIMAGE\tCREATED\tPOOL\tCLAIMS\tMISSES")
 			for _, t := range ts {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", termsafe.String(t.Name), t.Version, termsafe.String(t.Image), ago(now, t.CreatedAt))
+				pool, claims, misses := "-", "-", "-"
+				if p := t.Pool; p != nil {
+					pool = poolSize(*p)
+					claims, misses = fmt.Sprint(p.Claims), fmt.Sprint(p.Misses)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(t.Name), t.Version, termsafe.String(t.Image), ago(now, t.CreatedAt), pool, claims, misses)
 			}
 			return tw.Flush()
 		},
@@ -228,5 +234,86 @@ unless --force (the images those sandboxes run then stay on the engine).`,
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "remove it even while sandboxes use it")
+	return cmd
+}
+
+// poolSize reads "ready/min", with the boxes being made: "3/8 (+2)".
+func poolSize(p client.PoolStatus) string {
+	s := fmt.Sprintf("%d/%d", p.Ready, p.Config.Min)
+	if p.Creating > 0 {
+		s += fmt.Sprintf(" (+%d)", p.Creating)
+	}
+	return s
+}
+
+func (a *app) templatePoolCmd() *cobra.Command {
+	var (
+		minN, maxN int
+		refill     float64
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "pool NAME [--min N] [--max M] [--refill R]",
+		Short: "Show or set a template's warm pool of ready sandboxes",
+		Long: `A warm pool keeps --min sandboxes of the template's latest version made and
+running, hidden, so that a create from the template (hotcell create
+--template NAME, the API, the SDK, MCP) claims one in milliseconds and gives
+it its own env, labels, egress policy, gateway tokens and timeouts. Under
+demand the pool grows towards --max; --refill bounds how many boxes it
+starts per second. --min 0 removes the pool. Without flags, shows the pool.
+The pool is kept by the daemon and comes back with it.`,
+		Example: `  hotcell template pool py-data --min 8
+  hotcell template pool py-data --min 8 --max 32 --refill 4
+  hotcell template pool py-data            # ready, creating, claims, misses
+  hotcell template pool py-data --min 0    # remove the pool`,
+		Args: requireArgs(1, 1, "a template name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			name := args[0]
+			set := cmd.Flags().Changed("min") || cmd.Flags().Changed("max") || cmd.Flags().Changed("refill")
+			var st client.PoolStatus
+			switch {
+			case set && !cmd.Flags().Changed("min"):
+				return fmt.Errorf("give --min with --max or --refill (--min 0 removes the pool)")
+			case set && minN == 0:
+				if err := c.DeleteTemplatePool(cmd.Context(), name); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stderr, "pool of %s removed; its boxes are being destroyed\n", termsafe.String(name))
+				return nil
+			case set:
+				st, err = c.SetTemplatePool(cmd.Context(), name, client.PoolConfig{Min: minN, Max: maxN, RefillPerSecond: refill})
+			default:
+				st, err = c.GetTemplatePool(cmd.Context(), name)
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(st)
+			}
+			max := st.Config.Max
+			if max < st.Config.Min {
+				max = st.Config.Min
+			}
+			rate := st.Config.RefillPerSecond
+			if rate == 0 {
+				rate = 2
+			}
+			fmt.Fprintf(a.stdout, "template %s version %d: %d ready, %d being made (min %d, max %d, refill %g/s); %d claims, %d misses\n",
+				termsafe.String(st.Template), st.Version, st.Ready, st.Creating, st.Config.Min, max, rate, st.Claims, st.Misses)
+			if st.LastError != "" {
+				fmt.Fprintf(a.stdout, "last refill error: %s\n", termsafe.String(st.LastError))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&minN, "min", 0, "ready sandboxes to keep (0 removes the pool)")
+	cmd.Flags().IntVar(&maxN, "max", 0, "most sandboxes the pool grows to under demand (default: min)")
+	cmd.Flags().Float64Var(&refill, "refill", 0, "most sandboxes the pool starts per second (default 2)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the pool as JSON")
 	return cmd
 }

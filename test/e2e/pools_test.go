@@ -350,3 +350,131 @@ func TestPoolRestartAndReplace(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestPoolCLI: hotcell template pool sets, shows and removes a pool, and
+// template ls shows its size, claims and misses.
+func TestPoolCLI(t *testing.T) {
+	testenv.RequireDocker(t)
+	t.Parallel()
+	d := sharedDaemon(t)
+	c := newCLI(t, d)
+	name := poolTemplate(t, d, "cli")
+	if r := c.run("template", "pool", name, "--min", "-3"); r.code == 0 || !strings.Contains(r.stderr, "min") {
+		t.Errorf("bad min: got %v, want an error naming min", r)
+	}
+	if r := c.run("template", "pool", name, "--max", "3"); r.code == 0 || !strings.Contains(r.stderr, "--min") {
+		t.Errorf("--max without --min: got %v, want an error asking for --min", r)
+	}
+	if r := c.want(0, "template", "pool", name, "--min", "1", "--refill", "5"); !strings.Contains(r.stdout, "min 1, max 1, refill 5/s") {
+		t.Errorf("set: got %v", r)
+	}
+	waitPool(t, d, name, "1 ready", func(s client.PoolStatus) bool { return s.Ready == 1 })
+	if r := c.want(0, "template", "pool", name); !strings.Contains(r.stdout, "1 ready, 0 being made") {
+		t.Errorf("show: got %v", r)
+	}
+	id := strings.TrimSpace(c.want(0, "create", "--template", name, "--label", "test="+sanitizeLabel(t.Name())).stdout)
+	t.Cleanup(func() { _ = d.C.DeleteSandbox(context.WithoutCancel(t.Context()), id) })
+	r := c.want(0, "template", "ls")
+	var line string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, name+" ") {
+			line = l
+		}
+	}
+	if f := strings.Fields(line); len(f) < 3 || f[len(f)-2] != "1" || f[len(f)-1] != "0" || !strings.Contains(r.stdout, "POOL") {
+		t.Errorf("ls: got %q in\n%s, want the pool with 1 claim and 0 misses", line, r.stdout)
+	}
+	if r := c.want(0, "template", "pool", name, "--min", "0"); !strings.Contains(r.stderr, "removed") {
+		t.Errorf("remove: got %v", r)
+	}
+	if r := c.run("template", "pool", name); r.code == 0 || !strings.Contains(r.stderr, "no pool") {
+		t.Errorf("show after remove: got %v, want no pool", r)
+	}
+}
+
+// metricsBody scrapes d's /metrics.
+func metricsBody(t *testing.T, d *testdaemon.Daemon) string {
+	t.Helper()
+	tok, _ := os.ReadFile(filepath.Join(d.DataDir, "token"))
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+d.Addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readAll(resp)
+}
+
+// TestPoolGateway: boxes claimed from one pool each get a gateway token
+// minted for their own id at claim: it works from its box and is metered
+// to it, another box's token does not; the pool's figures are on /metrics.
+func TestPoolGateway(t *testing.T) {
+	d, _ := gatewayDaemon(t)
+	ctx := t.Context()
+	name := poolTemplate(t, d, "gw")
+	if _, err := d.C.SetTemplatePool(ctx, name, client.PoolConfig{Min: 2, RefillPerSecond: 10}); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, d, name, "2 ready", func(s client.PoolStatus) bool { return s.Ready == 2 })
+	pooled := pooledIDs(t, d)
+	a := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Gateway: []string{"openai"}})
+	b := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Gateway: []string{"openai"}})
+	if !slices.Contains(pooled, a.ID) || !slices.Contains(pooled, b.ID) {
+		t.Fatalf("claims: got %s and %s, want the pooled %v", a.ID, b.ID, pooled)
+	}
+	if got, _ := d.C.GetSandbox(ctx, a.ID); got.Env["OPENAI_API_KEY"] != "" {
+		t.Errorf("the claimed sandbox's record shows its token: %v", got.Env)
+	}
+	tokenOf := func(id string) (string, string) {
+		out := execOut(t, d, id, client.ExecRequest{Command: `printf '%s %s' "$OPENAI_BASE_URL" "$OPENAI_API_KEY"`})
+		u, tok, _ := strings.Cut(out, " ")
+		if !strings.HasPrefix(tok, "hcgw_") {
+			t.Fatalf("gateway env of claimed box %s: got %q", id, out)
+		}
+		return u, tok
+	}
+	aURL, aTok := tokenOf(a.ID)
+	_, bTok := tokenOf(b.ID)
+	if aTok == bTok {
+		t.Fatal("two claimed boxes got the same token")
+	}
+	if st, body := postFrom(t, d, a.ID, aURL+"/chat/completions", `{}`, "Authorization", "Bearer "+aTok); st != 200 {
+		t.Errorf("a with its own token: got %d %s", st, body)
+	}
+	if st, body := postFrom(t, d, a.ID, aURL+"/chat/completions", `{}`, "Authorization", "Bearer "+bTok); st != 401 {
+		t.Errorf("a with b's token: got %d %s, want 401 (a token works only from its own box)", st, body)
+	}
+	body := metricsBody(t, d)
+	if want := fmt.Sprintf(`hotcell_gateway_requests_total{provider="openai",sandbox=%q} 1`, a.ID); !strings.Contains(body, want) {
+		t.Errorf("/metrics lacks %s: the claimer's call is not metered to it", want)
+	}
+	if strings.Contains(body, fmt.Sprintf(`hotcell_gateway_requests_total{provider="openai",sandbox=%q}`, b.ID)) {
+		t.Errorf("/metrics meters a request to %s, which made none", b.ID)
+	}
+	for _, want := range []string{
+		fmt.Sprintf(`hotcell_pool_claims_total{template=%q} 2`, name),
+		fmt.Sprintf(`hotcell_pool_misses_total{template=%q} 0`, name),
+		fmt.Sprintf(`hotcell_pool_min{template=%q} 2`, name),
+		fmt.Sprintf(`hotcell_pool_refill_seconds_count{template=%q}`, name),
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// The token dies with the claimer, and a box claimed later has none of
+	// the earlier claimers' tokens.
+	if err := d.C.DeleteSandbox(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st := hostPost(t, gatewayURL(d)+"/openai/chat/completions", aTok); st != 401 {
+		t.Errorf("a's token after a is destroyed: got %d, want 401", st)
+	}
+	waitPool(t, d, name, "refilled", func(s client.PoolStatus) bool { return s.Ready == 2 })
+	c := newSandbox(t, d, client.CreateSandboxRequest{Template: name})
+	if out := execOut(t, d, c.ID, client.ExecRequest{Command: `env | grep -c hcgw_ || true`}); strings.TrimSpace(out) != "0" {
+		t.Errorf("a box claimed without gateway has a token in its env: %q", out)
+	}
+	if err := d.C.DeleteTemplatePool(ctx, name); err != nil {
+		t.Error(err)
+	}
+}
