@@ -95,30 +95,40 @@ export function listPage(go) {
     }, 100));
   }
 
+  // follow keeps the list live: it reads the list once, then follows the
+  // host's events from the last one seen, reconnecting (with backoff) when
+  // the stream ends or drops, until the page is left or the session ends.
   async function start() {
-    try {
-      // The last event seen first, so that the stream starts after it; a
-      // change between the two reads is only refetched once more.
-      const evs = await api("GET", "/v1/events", { query: { limit: 1000 } });
-      let since = evs.events.reduce((m, e) => Math.max(m, e.seq || 0), 0);
-      const list = await api("GET", "/v1/sandboxes");
-      list.sandboxes.forEach((b) => boxes.set(b.id, b));
-      render();
-      for (;;) {
+    let since = 0, delay = 1000, loaded = false;
+    while (!ctl.signal.aborted) {
+      try {
+        if (!loaded) {
+          // The last event first, so that the stream starts after it; a
+          // change between the two reads is only refetched once more.
+          const evs = await api("GET", "/v1/events", { query: { limit: 1000 } });
+          since = evs.events.reduce((m, e) => Math.max(m, e.seq || 0), 0);
+          const list = await api("GET", "/v1/sandboxes");
+          boxes.clear();
+          list.sandboxes.forEach((b) => boxes.set(b.id, b));
+          render();
+          loaded = true;
+        }
         live.dataset.live = "live";
         live.textContent = "live";
         await stream("GET", "/v1/events", (ev) => {
+          delay = 1000;
           if (ev.seq) since = Math.max(since, ev.seq);
           if (!ev.sandboxId || ev.type === "keepalive") return;
           if (ev.type === "destroyed") { clearTimeout(pending.get(ev.sandboxId)); boxes.delete(ev.sandboxId); render(); } else refetch(ev.sandboxId);
         }, { query: { follow: "true", since }, signal: ctl.signal });
-        if (ctl.signal.aborted) return;
-        await new Promise((r) => setTimeout(r, 1000));
+      } catch (e) {
+        if (ctl.signal.aborted || e.status === 401) return;
+        live.dataset.live = "down";
+        live.textContent = `not live (${e.message}); retrying`;
       }
-    } catch (e) {
       if (ctl.signal.aborted) return;
-      live.dataset.live = "down";
-      live.textContent = "not live: " + e.message;
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 15000);
     }
   }
   start();

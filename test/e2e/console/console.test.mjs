@@ -339,7 +339,7 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
     assert.equal((await apiCall("GET", `/v1/sandboxes/${sandboxId}`)).status, 404);
   });
 
-  await t.test("bulk destroy after a confirmation", async () => {
+  await t.test("bulk stop and destroy after a confirmation", async () => {
     const ids = [];
     for (let i = 0; i < 2; i++) {
       const r = await apiCall("POST", "/v1/sandboxes", { labels: { test: LABEL, bulk: "yes" } });
@@ -348,6 +348,11 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
     }
     for (const id of ids) await page.locator(`tr[data-sandbox="${id}"]`).waitFor({ timeout: T });
     await page.fill("input[aria-label='Filter by label']", "bulk=yes");
+    for (const id of ids) await page.check(`tr[data-sandbox="${id}"] input[type=checkbox]`);
+    await page.click("text=Stop selected (2)");
+    await page.click("dialog [data-confirm=yes]");
+    for (const id of ids) await page.locator(`tr[data-sandbox="${id}"][data-state=stopped]`).waitFor({ timeout: T });
+    for (const id of ids) assert.equal(JSON.parse((await apiCall("GET", `/v1/sandboxes/${id}`)).text).state, "stopped");
     for (const id of ids) await page.check(`tr[data-sandbox="${id}"] input[type=checkbox]`);
     await page.click("text=Destroy selected (2)");
     await page.click("dialog [data-confirm=yes]");
