@@ -92,7 +92,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		log.Warn("the default runtime is not available: creates that name no runtime fail until it is",
 			"default_runtime", cfg.DefaultRuntime, "hint", info.RuntimeHints[cfg.DefaultRuntime])
 	}
-	openWorkspaceDisks(ctx, cfg.DataDir, drv, log)
+	if disks := openWorkspaceDisks(ctx, cfg.DataDir, drv, log); disks != nil {
+		defer disks.Close() // waits for a spare image being made
+	}
 
 	// ops owns the API's requests and the work they start that outlives
 	// them (creates, destroys, backups, restores): the shutdown waits for

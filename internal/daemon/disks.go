@@ -14,12 +14,13 @@ import (
 // host reboot their disks are mounted again before any box starts. A host
 // that cannot loop-mount images still serves, with the limit not enforced
 // (/v1/host says so) and a warning that says why.
-func openWorkspaceDisks(ctx context.Context, dataDir string, drv *docker.Driver, log *slog.Logger) {
+// The pool it returns (nil without) is to be closed at shutdown.
+func openWorkspaceDisks(ctx context.Context, dataDir string, drv *docker.Driver, log *slog.Logger) *wsdisk.Pool {
 	dir := filepath.Join(dataDir, "workspaces")
 	pool, err := wsdisk.Open(ctx, dir)
 	if err != nil {
 		log.Warn("workspace disk limits are NOT enforced: new sandboxes keep /workspace in a Docker volume with no size limit (see docs/security.md, Disk)", "err", err)
-		return
+		return nil
 	}
 	if err := pool.MountAll(ctx); err != nil {
 		// Only the sandboxes whose disks failed are hurt: their start
@@ -28,4 +29,5 @@ func openWorkspaceDisks(ctx context.Context, dataDir string, drv *docker.Driver,
 	}
 	drv.UseWorkspaceDisks(pool)
 	log.Info("workspace disk limits enforced", "dir", dir)
+	return pool
 }

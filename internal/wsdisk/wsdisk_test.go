@@ -24,6 +24,7 @@ func openPool(t *testing.T) *Pool {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() {
+		p.Close() // no spare being made while the dir goes
 		// A failed test must not leave loop mounts behind. Not t.Context():
 		// it is cancelled before cleanups run.
 		ids, _ := p.IDs()
@@ -105,8 +106,13 @@ func TestDiskHoldsItsSize(t *testing.T) {
 			t.Errorf("loop devices still backed by the pool's images after Remove: %q", held)
 		}
 	}
-	if ents, _ := os.ReadDir(p.Dir()); len(ents) != 0 {
-		t.Errorf("pool dir after Remove: got %d entries, want none", len(ents))
+	p.Close() // the spare made after the Ensure is whole now
+	if ents, _ := os.ReadDir(p.Dir()); len(ents) != 1 || ents[0].Name() != "16777216"+spareExt {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("pool dir after Remove: got %q, want the spare of 16 MiB alone", names)
 	}
 	if err := p.Remove(t.Context(), "sb1"); err != nil {
 		t.Errorf("second Remove: %v", err)
@@ -146,4 +152,56 @@ func loopsBacking(dir string) []string {
 		}
 	}
 	return out
+}
+
+// TestSpare: an Ensure takes the spare image of its size (formatted, never
+// mounted) instead of running mkfs, and a new spare is made behind it;
+// a request of another size replaces the spare with one of that size.
+func TestSpare(t *testing.T) {
+	p := openPool(t)
+	ctx := t.Context()
+	if _, _, err := p.Ensure(ctx, "sb1", 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	p.wg.Wait()
+	spare := p.spare(16 << 20)
+	st, err := os.Stat(spare)
+	if err != nil {
+		t.Fatalf("no spare after the first Ensure: %v", err)
+	}
+	// The spare becomes sb2's image: same inode, and it mounts as a
+	// workspace of its size.
+	path, created, err := p.Ensure(ctx, "sb2", 16<<20)
+	if err != nil || !created {
+		t.Fatalf("Ensure from the spare: created %v, err %v", created, err)
+	}
+	img, err := os.Stat(p.image("sb2"))
+	if err != nil || !os.SameFile(st, img) {
+		t.Fatalf("sb2's image is not the spare (%v)", err)
+	}
+	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		t.Fatalf("workspace on the spare: %v", err)
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(path, &fs); err != nil || int64(fs.Blocks)*fs.Bsize > 16<<20 {
+		t.Errorf("workspace from the spare: %d bytes, %v; want at most 16 MiB", int64(fs.Blocks)*fs.Bsize, err)
+	}
+	p.wg.Wait()
+	if _, err := os.Stat(spare); err != nil {
+		t.Errorf("no new spare after one was taken: %v", err)
+	}
+	// Another size: its disk is made by mkfs, and the spare follows it.
+	if _, _, err := p.Ensure(ctx, "sb3", 24<<20); err != nil {
+		t.Fatal(err)
+	}
+	p.wg.Wait()
+	if _, err := os.Stat(spare); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the spare of the old size is left: %v", err)
+	}
+	if _, err := os.Stat(p.spare(24 << 20)); err != nil {
+		t.Errorf("no spare of the new size: %v", err)
+	}
+	if ids, _ := p.IDs(); len(ids) != 3 {
+		t.Errorf("IDs: got %v, want the three disks and no spare", ids)
+	}
 }

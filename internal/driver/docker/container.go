@@ -378,11 +378,13 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 		return classify("remove container "+ContainerName(id), err)
 	}
 	driver.TraceStep(ctx, "container_remove")
-	if d.disks != nil {
+	if d.disks != nil && d.disks.Has(id) {
+		// A workspace on a disk never had a volume: no engine call for it.
 		if err := d.disks.Remove(ctx, id); err != nil {
 			return err
 		}
 		driver.TraceStep(ctx, "disk")
+		return nil
 	}
 	err = d.removeWorkspace(ctx, id)
 	driver.TraceStep(ctx, "volume")

@@ -60,6 +60,8 @@ type WorkspaceDisks interface {
 	Remove(ctx context.Context, id string) error
 	// IDs lists the sandboxes that have a disk.
 	IDs() ([]string, error)
+	// Has reports whether id has a disk.
+	Has(id string) bool
 }
 
 // UseWorkspaceDisks makes every later Create of a persistent sandbox with a
