@@ -28,6 +28,9 @@ type BuildTemplateOptions struct {
 	Dockerfile string
 	// Defaults are the create defaults of sandboxes made from the template.
 	Defaults *TemplateDefaults
+	// Workspace is an absolute directory of the built image whose contents
+	// every sandbox made from the version starts with in /workspace.
+	Workspace string
 }
 
 // BuildTemplate builds the next version of template name from buildContext
@@ -40,6 +43,9 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, opts BuildTempl
 	q := url.Values{"name": {name}}
 	if opts.Dockerfile != "" {
 		q.Set("dockerfile", opts.Dockerfile)
+	}
+	if opts.Workspace != "" {
+		q.Set("workspace", opts.Workspace)
 	}
 	if opts.Defaults != nil {
 		data, err := json.Marshal(opts.Defaults)

@@ -44,6 +44,7 @@ new version with its own image, so running sandboxes keep theirs.`,
 func (a *app) templateBuildCmd() *cobra.Command {
 	var (
 		name, dockerfile, runtime string
+		workspace                 string
 		env                       []string
 		memory                    int64
 		cpus                      float64
@@ -56,9 +57,12 @@ func (a *app) templateBuildCmd() *cobra.Command {
 of template NAME on the daemon's engine, printing the build output to stderr
 as it comes. A failed build prints its log and the error, and records nothing.
 --env, --runtime, --memory and --cpus are defaults of the sandboxes made from
-the template; a create's own values win.`,
+the template; a create's own values win. --workspace DIR makes directory DIR
+of the built image the workspace seed: every sandbox made from the template
+starts with its contents in /workspace.`,
 		Example: `  hotcell template build -t py-data .
   hotcell template build -t py-data -f docker/Dockerfile.py --env PYTHONUNBUFFERED=1 ./src
+  hotcell template build -t course --workspace /opt/course .   # Dockerfile: COPY lessons /opt/course
   hotcell create --template py-data`,
 		Args: requireArgs(0, 1, "at most one context directory"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -95,7 +99,7 @@ the template; a create's own values win.`,
 			pr, pw := io.Pipe()
 			go func() { pw.CloseWithError(writeTar(pw, dir, a.stderr)) }()
 			defer pr.Close()
-			t, err := c.BuildTemplate(cmd.Context(), name, client.BuildTemplateOptions{Dockerfile: filepath.ToSlash(rel), Defaults: defaults}, pr,
+			t, err := c.BuildTemplate(cmd.Context(), name, client.BuildTemplateOptions{Dockerfile: filepath.ToSlash(rel), Defaults: defaults, Workspace: workspace}, pr,
 				func(line string) {
 					if !quiet {
 						fmt.Fprintln(a.stderr, termsafe.String(line))
@@ -115,6 +119,7 @@ the template; a create's own values win.`,
 	f.StringVar(&runtime, "runtime", "", "default isolation `RUNTIME` (runc or gvisor)")
 	f.Int64Var(&memory, "memory", 0, "default memory limit in `MiB`")
 	f.Float64Var(&cpus, "cpus", 0, "default CPU limit")
+	f.StringVar(&workspace, "workspace", "", "absolute `DIR` of the built image whose contents every sandbox made from it starts with in /workspace")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print the build output")
 	_ = cmd.MarkFlagRequired("tag")
 	return cmd

@@ -19,7 +19,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(r, maxCreateBody, &req); err != nil {
 		return err
 	}
-	tref, err := s.applyTemplate(r, &req)
+	tref, seed, err := s.applyTemplate(r, &req)
 	if err != nil {
 		return err
 	}
@@ -37,6 +37,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	co.Template = tref
+	if seed != nil {
+		co.Populate = seed
+	}
 	// The runtime is settled (the request's, the snapshot's or the
 	// daemon's default) and checked against the engine before a streamed
 	// create answers 200: a missing one is a plain 400 that says how to

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/sandbox"
@@ -18,7 +19,7 @@ import (
 
 // Templates builds and keeps sandbox templates (internal/templates).
 type Templates interface {
-	Build(ctx context.Context, name, dockerfile string, defaults wire.TemplateDefaults, buildContext io.Reader, progress driver.Progress) (wire.Template, error)
+	BuildSeeded(ctx context.Context, name, dockerfile, workspaceFrom string, defaults wire.TemplateDefaults, buildContext io.Reader, progress driver.Progress) (wire.Template, error)
 	Get(ctx context.Context, name string) (wire.Template, error)
 	List(ctx context.Context) ([]wire.Template, error)
 	Delete(ctx context.Context, name string, force bool) error
@@ -146,8 +147,11 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	name, dockerfile := q.Get("name"), q.Get("dockerfile")
+	name, dockerfile, workspaceFrom := q.Get("name"), q.Get("dockerfile"), q.Get("workspace")
 	if err := templates.ValidateName("name", name); err != nil {
+		return err
+	}
+	if err := templates.ValidateWorkspaceFrom(workspaceFrom); err != nil {
 		return err
 	}
 	if err := templates.ValidateDockerfile(dockerfile); err != nil {
@@ -188,7 +192,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 
 	st := s.startStream(w, r, http.StatusOK, createKeepalive, func() any { return wire.TemplateBuildEvent{Type: wire.TemplateEventKeepalive} })
 	defer st.Close()
-	t, err := tp.Build(st.Context(), name, dockerfile, defaults, f, func(line string) {
+	t, err := tp.BuildSeeded(st.Context(), name, dockerfile, workspaceFrom, defaults, f, func(line string) {
 		_ = st.Send(wire.TemplateBuildEvent{Type: wire.TemplateEventLog, Message: line})
 	})
 	if err != nil {
@@ -300,27 +304,30 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 // applyTemplate turns a create from a template into a create from its
 // image with its defaults under the request's own fields, and names the
 // version it used.
-func (s *Server) applyTemplate(r *http.Request, req *wire.CreateSandboxRequest) (*wire.TemplateRef, error) {
+func (s *Server) applyTemplate(r *http.Request, req *wire.CreateSandboxRequest) (*wire.TemplateRef, populateFunc, error) {
 	if req.Template == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if req.Image != "" {
-		return nil, errdefs.Invalid("template", "give a template or an image, not both")
+		return nil, nil, errdefs.Invalid("template", "give a template or an image, not both")
 	}
 	if req.Snapshot != "" {
-		return nil, errdefs.Invalid("template", "give a template or a snapshot, not both")
+		return nil, nil, errdefs.Invalid("template", "give a template or a snapshot, not both")
 	}
 	if err := templates.ValidateName("template", req.Template); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tp, err := s.templatesOrNone()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	t, err := tp.Get(r.Context(), req.Template)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	templates.Apply(req, t)
-	return &wire.TemplateRef{Name: t.Name, Version: t.Version}, nil
+	return &wire.TemplateRef{Name: t.Name, Version: t.Version}, templates.Seed(t, req), nil
 }
+
+// populateFunc is a create's step that fills the new workspace.
+type populateFunc = func(ctx context.Context, id string, conn *agentconn.Conn) error

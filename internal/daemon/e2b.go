@@ -63,7 +63,7 @@ func hotcellTemplate(ctx context.Context, tpl *templates.Service, bk *backup.Ser
 		return sandbox.CreateOptions{}, false, err
 	}
 	templates.Apply(req, t)
-	co := sandbox.CreateOptions{Template: &wire.TemplateRef{Name: t.Name, Version: t.Version}}
+	co := sandbox.CreateOptions{Template: &wire.TemplateRef{Name: t.Name, Version: t.Version}, Populate: templates.Seed(t, req)}
 	if req.Restore != nil {
 		if co.Populate, err = bk.PrepareCreate(ctx, req); err != nil {
 			return co, true, err

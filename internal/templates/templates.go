@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -18,9 +20,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/backup"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/fspath"
 	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/keyedmutex"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -115,6 +119,66 @@ func clip(s string) string {
 	return s
 }
 
+// ValidateWorkspaceFrom checks a build's workspace seed directory: an
+// absolute path in the image, outside /workspace (the sandbox's own) and
+// the kernel's and hotcell's mounts.
+func ValidateWorkspaceFrom(p string) error {
+	if p == "" {
+		return nil
+	}
+	clean := path.Clean(p)
+	if len(p) > 255 || !path.IsAbs(p) || strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return errdefs.Invalid("workspace", "%q is not an absolute directory path in the image", clip(p))
+	}
+	for _, no := range []string{"/", "/workspace", "/.hotcell", "/proc", "/sys", "/dev"} {
+		if clean == no || (no != "/" && strings.HasPrefix(clean, no+"/")) {
+			return errdefs.Invalid("workspace", "%q: the seed must be a directory of the image outside %s", clip(p), no)
+		}
+	}
+	return nil
+}
+
+// SeedFromImage is a create's populate step that copies directory dir of
+// the sandbox's own image into its /workspace, through its agent (tar out,
+// tar in: nothing of it is read on the host).
+func SeedFromImage(dir string) func(ctx context.Context, id string, conn *agentconn.Conn) error {
+	return func(ctx context.Context, id string, conn *agentconn.Conn) error {
+		get, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/archive?"+url.Values{"path": {dir}}.Encode(), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := conn.Do(get)
+		if err != nil {
+			return fmt.Errorf("seed the workspace from %s: %w", dir, err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return fmt.Errorf("seed the workspace from the template's %s (is it a directory of the image?): %w", dir, errdefs.Read(resp))
+		}
+		put, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/archive?"+url.Values{"path": {fspath.Workspace}}.Encode(), resp.Body)
+		if err != nil {
+			return err
+		}
+		put.Header.Set("Content-Type", "application/x-tar")
+		presp, err := conn.Send(put)
+		if err != nil {
+			return fmt.Errorf("seed the workspace from %s: %w", dir, err)
+		}
+		presp.Body.Close()
+		return nil
+	}
+}
+
+// Seed is the populate step a create from t needs for its workspace seed
+// from the image, nil when t has none or the create restores a backup (a
+// saved template's seed is a backup: Apply made it the create's restore).
+func Seed(t wire.Template, req *wire.CreateSandboxRequest) func(ctx context.Context, id string, conn *agentconn.Conn) error {
+	if t.WorkspaceFrom == "" || req.Restore != nil {
+		return nil
+	}
+	return SeedFromImage(t.WorkspaceFrom)
+}
+
 // ImageRef is the image tag of a template version made by build: the
 // build id keeps it apart from the tags of other daemons on the same engine
 // and of the versions of an earlier template of the same name, whose
@@ -155,6 +219,13 @@ func (s *Service) nextVersion(ctx context.Context, name string) (int, error) {
 // progress, and records it with defaults once its image exists. A failed
 // build records nothing. The inputs are validated by the caller.
 func (s *Service) Build(ctx context.Context, name, dockerfile string, defaults wire.TemplateDefaults, buildContext io.Reader, progress driver.Progress) (wire.Template, error) {
+	return s.BuildSeeded(ctx, name, dockerfile, "", defaults, buildContext, progress)
+}
+
+// BuildSeeded is Build with a workspace seed: directory workspaceFrom of
+// the built image (ValidateWorkspaceFrom), copied into the workspace of
+// every sandbox made from the version.
+func (s *Service) BuildSeeded(ctx context.Context, name, dockerfile, workspaceFrom string, defaults wire.TemplateDefaults, buildContext io.Reader, progress driver.Progress) (wire.Template, error) {
 	if dockerfile == "" {
 		dockerfile = "Dockerfile"
 	}
@@ -164,7 +235,7 @@ func (s *Service) Build(ctx context.Context, name, dockerfile string, defaults w
 	if err != nil {
 		return wire.Template{}, err
 	}
-	t := wire.Template{Name: name, Version: v, Image: ImageRef(name, v, newBuildID()), Defaults: defaults}
+	t := wire.Template{Name: name, Version: v, Image: ImageRef(name, v, newBuildID()), Defaults: defaults, WorkspaceFrom: workspaceFrom}
 	labels := map[string]string{LabelTemplate: name, LabelVersion: strconv.Itoa(t.Version)}
 	if err := s.drv.BuildImage(ctx, t.Image, dockerfile, labels, buildContext, progress); err != nil {
 		return wire.Template{}, fmt.Errorf("build template %q: %w", name, err)

@@ -139,3 +139,17 @@ func TestBuildVersionsAndDelete(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateWorkspaceFrom(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"", "/opt/seed", "/home/user/project", "/srv/a/b/"} {
+		if err := ValidateWorkspaceFrom(p); err != nil {
+			t.Errorf("%q: got %v, want ok", p, err)
+		}
+	}
+	for _, p := range []string{"opt/seed", "../x", "/", "/workspace", "/workspace/sub", "/.hotcell/run", "/proc/self", "/sys", "/dev/shm", "/opt/\x00x", "/opt/" + strings.Repeat("a", 300)} {
+		if err := ValidateWorkspaceFrom(p); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "workspace") {
+			t.Errorf("%q: got %v, want invalid naming workspace", p, err)
+		}
+	}
+}

@@ -16,6 +16,10 @@ type Template struct {
 	// made from it starts with this /workspace (unless its create
 	// restores a backup of its own).
 	Workspace *TemplateWorkspace `json:"workspace,omitempty"`
+	// WorkspaceFrom is a directory of the version's image whose contents a
+	// sandbox made from it starts with in /workspace (a build's
+	// workspace=DIR), unless its create restores a backup of its own.
+	WorkspaceFrom string `json:"workspaceFrom,omitempty"`
 	// FromSandbox names the sandbox the version was saved from
 	// (POST /v1/sandboxes/{id}/template); empty for a build.
 	FromSandbox string `json:"fromSandbox,omitempty"`
