@@ -128,7 +128,7 @@ func runConsoleNode(t *testing.T, node string, d *testdaemon.Daemon, script stri
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 14*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", filepath.Join("console", script))
 	cmd.Env = append(os.Environ(),

@@ -9,7 +9,7 @@ export const BASE = process.env.HOTCELL_URL;
 export const TOKEN = process.env.HOTCELL_TOKEN;
 export const KEY = process.env.HOTCELL_KEY;
 export const SHOTS = process.env.SCREENSHOTS;
-export const T = 30_000; // bound on each wait; none is a timing assertion
+export const T = 90_000; // bound on each wait (a loaded host stops containers slowly); none is a timing assertion
 
 // launch starts chromium on a fresh profile (--user-data-dir, which
 // playwright passes for a persistent context) and returns the context,

@@ -30,7 +30,7 @@ before(async () => {
 
 after(async () => { if (b) await b.close(); });
 
-test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
+test("the console, end to end", { timeout: 12 * 60_000 }, async (t) => {
   await t.test("a wrong key is refused", async () => {
     await page.goto(BASE + "/ui/");
     await page.fill("#key", "e2b_" + "0".repeat(40));
@@ -144,6 +144,11 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
     // Paste: the clipboard's text goes to the shell as typed input.
     await page.evaluate(() => navigator.clipboard.writeText("echo pasted-$((5*5))"));
     await page.click("button:has-text('Paste')");
+    // The paste is async (the clipboard read): wait for the shell to echo
+    // it before pressing Enter in the terminal, or Enter would hit the
+    // still-focused button and paste again.
+    await page.waitForFunction(() => document.querySelector(".xterm-rows").innerText.includes("echo pasted-$((5*5))"), null, { timeout: T });
+    await page.locator(".xterm-helper-textarea").focus();
     await page.keyboard.press("Enter");
     await page.waitForFunction(() => document.querySelector(".xterm-rows").innerText.includes("pasted-25"), null, { timeout: T });
     // Copy: a double-click selects the word on screen; Copy puts it on
@@ -189,6 +194,35 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
     await page.click("dialog [data-confirm=yes]");
     await page.locator("tr[data-file='made-here']").waitFor({ state: "detached", timeout: T });
     assert.equal((await apiCall("GET", `/v1/sandboxes/${sandboxId}/fs/stat?path=/workspace/made-here`)).status, 404);
+  });
+
+  await t.test("a sandbox's file names, contents and output are shown as text, never run", async () => {
+    // The sandbox chooses all of these; were any parsed as markup, its
+    // script would run on the console's origin with the user's session.
+    const evil = `<img src=x onerror="document.title='hijacked'">`;
+    const put = async (path, body) => {
+      const r = await fetch(`${BASE}/v1/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`, {
+        method: "PUT", headers: { Authorization: "Bearer " + TOKEN }, body });
+      assert.ok(r.ok, await r.text());
+    };
+    await put(`/workspace/${evil}.txt`, `<script>document.title='hijacked'</script>${evil}`);
+    await put("/workspace/evil.svg", `<svg xmlns="http://www.w3.org/2000/svg" onload="document.title='hijacked'"><script>document.title='hijacked'</script><rect width="10" height="10"/></svg>`);
+    await page.click("button[data-tab=files]");
+    await page.click("text=Refresh");
+    const row = page.locator("tr[data-file]", { hasText: "onerror" });
+    await row.waitFor({ timeout: T });
+    assert.equal(await row.getAttribute("data-file"), `${evil}.txt`);
+    await row.locator("a").first().click();
+    await page.locator("pre.file-text", { hasText: "<script>" }).waitFor({ timeout: T });
+    await page.click("tr[data-file='evil.svg'] >> a");
+    await page.locator(".viewer img[alt='evil.svg']").waitFor({ timeout: T });
+    const started = await apiCall("POST", `/v1/sandboxes/${sandboxId}/processes`, { command: `echo '${evil.replaceAll("'", "")}'`, name: evil });
+    assert.equal(started.status, 201, started.text);
+    await page.click("button[data-tab=processes]");
+    await page.locator("tr[data-process]", { hasText: "onerror" }).first().locator("button:has-text('Logs')").click();
+    await page.locator("pre.log", { hasText: "<img src=x" }).waitFor({ timeout: T });
+    assert.notEqual(await page.title(), "hijacked");
+    assert.equal(await page.locator("img[src=x]").count(), 0, "a sandbox's markup became an element");
   });
 
   await t.test("follow a process log", async () => {
@@ -310,7 +344,9 @@ test("the console, end to end", { timeout: 6 * 60_000 }, async (t) => {
       evil.close();
     }
     const ls = await apiCall("GET", `/v1/sandboxes/${sandboxId}/fs/list?path=/workspace`);
-    assert.ok(!ls.text.includes("pwned"), `the other origin's requests acted: ${ls.text}`);
+    for (const made of ["pwned-fetch", "pwned-ws", "pwned-form"]) {
+      assert.ok(!ls.text.includes(made), `the other origin's requests acted (${made}): ${ls.text}`);
+    }
   });
 
   await t.test("host page", async () => {
