@@ -18,6 +18,7 @@ import (
 
 	hotcell "github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/driver/docker"
+	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
@@ -26,6 +27,8 @@ const (
 	// is HOTCELL_BENCH_DENSITY=1000.
 	densityDefault = 20
 	densityWorkers = 8
+	// pidHeadroom is how many pids the run leaves free on the host.
+	pidHeadroom = 4096
 )
 
 // densityCount is HOTCELL_BENCH_DENSITY, or densityDefault.
@@ -53,7 +56,9 @@ func densityCount(b *testing.B) int {
 func BenchmarkDensity(b *testing.B) {
 	n := densityCount(b)
 	mc := testenv.RequireDocker(b)
-	d := startDaemon(b)
+	// The default test subnet is a /24: ~250 addresses. A /21 holds 2,000.
+	d := testdaemon.StartWith(b, testdaemon.Options{EgressSubnetBits: 21})
+	b.Cleanup(d.Close)
 	ctx := b.Context()
 
 	host0 := memAvailable(b)
@@ -80,8 +85,20 @@ func BenchmarkDensity(b *testing.B) {
 	var createT []time.Duration
 	t0 := time.Now()
 	b.ResetTimer()
+	pidMax := int(readInt("/proc/sys/kernel/pid_max"))
 	parallel(n, densityWorkers, func(i int) {
 		if failedAt.Load() >= 0 {
+			return
+		}
+		// Every task on the host takes a pid: the run stops short of
+		// kernel.pid_max, so that the rest of the host can still fork.
+		if t := hostTasks(); pidMax > 0 && t > pidMax-pidHeadroom {
+			mu.Lock()
+			if createErr == nil {
+				createErr = fmt.Errorf("the host runs %d tasks, within %d of kernel.pid_max %d: stopped so the host can still fork", t, pidHeadroom, pidMax)
+				failedAt.Store(int64(i))
+			}
+			mu.Unlock()
 			return
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)

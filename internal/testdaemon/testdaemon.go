@@ -67,6 +67,11 @@ type Options struct {
 	// Env are extra NAME=value variables of the daemon's environment,
 	// after (so overriding) the test process's own.
 	Env []string
+	// EgressSubnetBits, between 16 and 23, gives the daemon's own egress
+	// network a larger subnet than the default /24 (which holds ~250
+	// sandboxes), taken from 10.215.0.0/16, where the /24s of other test
+	// daemons never are.
+	EgressSubnetBits int
 }
 
 // Start starts hotcell serve on a fresh data dir, for t alone: t's
@@ -217,7 +222,7 @@ func newDaemon(e env, opts Options, owner testing.TB) (*Daemon, error) {
 	if o := opts.ShareEgressOf; o != nil {
 		d.EgressNetwork, d.EgressSubnet = o.EgressNetwork, o.EgressSubnet
 	} else {
-		if d.EgressSubnet, err = freeEgressSubnet(); err != nil {
+		if d.EgressSubnet, err = freeEgressSubnet(opts.EgressSubnetBits); err != nil {
 			return fail(err)
 		}
 		d.EgressNetwork = "hc-t-" + filepath.Base(dir)
@@ -464,8 +469,13 @@ func unmountUnder(dir string) {
 }
 
 // freeEgressSubnet picks a /24 in 10.214.0.0/16 that no interface of the
-// host uses yet (every Docker bridge holds its gateway address).
-func freeEgressSubnet() (netip.Prefix, error) {
+// host uses yet (every Docker bridge holds its gateway address), or with
+// bits set (16-23), a subnet that large in 10.215.0.0/16 none of whose /24s
+// is used.
+func freeEgressSubnet(bits int) (netip.Prefix, error) {
+	if bits != 0 {
+		return freeLargeSubnet(bits)
+	}
 	used := map[netip.Prefix]bool{}
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
@@ -485,4 +495,31 @@ func freeEgressSubnet() (netip.Prefix, error) {
 		}
 	}
 	return netip.Prefix{}, errors.New("no free /24 in 10.214.0.0/16 for the egress network")
+}
+
+func freeLargeSubnet(bits int) (netip.Prefix, error) {
+	if bits < 16 || bits > 23 {
+		return netip.Prefix{}, fmt.Errorf("egress subnet /%d: want 16 to 23", bits)
+	}
+	used := map[netip.Prefix]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("list the host's addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+			used[netip.PrefixFrom(p.Addr(), 24).Masked()] = true
+		}
+	}
+	span := 1 << (24 - bits) // /24s in the subnet
+next:
+	for base := 0; base+span <= 256; base += span {
+		for i := range span {
+			if used[netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 215, byte(base + i), 0}), 24)] {
+				continue next
+			}
+		}
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 215, byte(base), 0}), bits), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("no free /%d in 10.215.0.0/16 for the egress network", bits)
 }
