@@ -315,7 +315,18 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	}
 	_, err := d.c.ContainerStart(ctx, ContainerName(id), client.ContainerStartOptions{})
 	driver.TraceStep(ctx, "container_start")
-	return classify("start container "+ContainerName(id), err)
+	return startError(id, err)
+}
+
+// startError classifies a start's error. A network whose subnet has no
+// address left is a full host, not an internal error: the engine answers
+// it with a plain 500, so only its message tells.
+func startError(id string, err error) error {
+	err = classify("start container "+ContainerName(id), err)
+	if err != nil && strings.Contains(err.Error(), "no available IPv4 addresses") {
+		return fmt.Errorf("%w: every address of the sandboxes' network is taken (each running sandbox holds one): stop or destroy sandboxes, or give the daemon a larger subnet with --egress-subnet (HOTCELL_EGRESS_SUBNET): %w", err, errdefs.ErrUnavailable)
+	}
+	return err
 }
 
 // Stop sends the agent SIGTERM, waits up to timeout (rounded up to whole

@@ -1,8 +1,11 @@
 package docker
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/hotcell/hotcell/internal/errdefs"
 )
 
 // The pull path is covered against a closed loopback registry in
@@ -19,5 +22,17 @@ func TestBuildHint(t *testing.T) {
 		if got := buildHint(ref); !strings.Contains(got, want) {
 			t.Errorf("buildHint(%q): got %q, want it to contain %q", ref, got, want)
 		}
+	}
+}
+
+func TestStartErrorNetworkFull(t *testing.T) {
+	t.Parallel()
+	engine := errors.New("Error response from daemon: no available IPv4 addresses on this network's address pools: hc-egress (7b73bd)")
+	err := startError("sb-1", engine)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !errors.Is(err, engine) || !strings.Contains(err.Error(), "--egress-subnet") {
+		t.Errorf("got %v, want an unavailable error naming --egress-subnet that keeps the engine's", err)
+	}
+	if err := startError("sb-1", errors.New("Error response from daemon: something else")); errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("another engine error became unavailable: %v", err)
 	}
 }
