@@ -26,10 +26,18 @@ export async function launch() {
   });
   const page = browser.pages()[0] || await browser.newPage();
   page.on("pageerror", (e) => console.log("page error:", e.message));
-  page.on("console", (m) => { if (m.type() === "error") console.log("console error:", m.text()); });
+  // Whatever the Content-Security-Policy refuses is reported on the
+  // console: the console's own pages must never trip it.
+  const violations = [];
+  const watch = (p) => p.on("console", (m) => {
+    if (m.type() === "error") console.log("console error:", m.text());
+    if (/Content Security Policy|Refused to (load|execute|apply|connect|frame)/.test(m.text()) && p.url().includes("/ui/")) violations.push(m.text());
+  });
+  watch(page);
   return {
     browser,
     page,
+    violations,
     async close() {
       await browser.close();
       rmSync(profile, { recursive: true, force: true });

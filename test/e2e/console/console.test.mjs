@@ -405,4 +405,21 @@ test("the console, end to end", { timeout: 12 * 60_000 }, async (t) => {
     await page.reload();
     await page.locator("#key").waitFor({ timeout: T });
   });
+
+  await t.test("nothing tripped the Content-Security-Policy", () => {
+    assert.deepEqual(b.violations, []);
+  });
+
+  await t.test("the policy refuses an inline script, and says so", async () => {
+    // The check above would be empty if violations went unreported.
+    await page.evaluate(() => {
+      const s = document.createElement("script");
+      s.textContent = "document.title = 'inline ran'";
+      document.body.append(s);
+    });
+    const deadline = Date.now() + T;
+    while (!b.violations.length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    assert.notEqual(await page.title(), "inline ran");
+    assert.equal(b.violations.length, 1, "the refused inline script was not reported");
+  });
 });
