@@ -3,12 +3,15 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/termsafe"
@@ -55,7 +58,9 @@ func (a *app) templateBuildCmd() *cobra.Command {
 		Short: "Build a new version of a template from a Dockerfile, streaming the build",
 		Long: `Send CONTEXT_DIR (default .) as the build context and build the next version
 of template NAME on the daemon's engine, printing the build output to stderr
-as it comes. A failed build prints its log and the error, and records nothing.
+as it comes (on a terminal, under it a status line with the step, e.g.
+[3/7 12s] RUN make, and its time). A failed build prints its log and the
+error, and records nothing.
 --env, --runtime, --memory and --cpus are defaults of the sandboxes made from
 the template; a create's own values win. --workspace DIR makes directory DIR
 of the built image the workspace seed: every sandbox made from the template
@@ -99,15 +104,21 @@ starts with its contents in /workspace.`,
 			pr, pw := io.Pipe()
 			go func() { pw.CloseWithError(writeTar(pw, dir, a.stderr)) }()
 			defer pr.Close()
-			t, err := c.BuildTemplate(cmd.Context(), name, client.BuildTemplateOptions{Dockerfile: filepath.ToSlash(rel), Defaults: defaults, Workspace: workspace}, pr,
-				func(line string) {
-					if !quiet {
-						fmt.Fprintln(a.stderr, termsafe.String(line))
-					}
-				})
+			show := func(line string) {
+				if !quiet {
+					fmt.Fprintln(a.stderr, termsafe.String(line))
+				}
+			}
+			finish := func(string) {}
+			if !quiet && isTTY(a.stderr) {
+				show, finish = a.buildProgress()
+			}
+			t, err := c.BuildTemplate(cmd.Context(), name, client.BuildTemplateOptions{Dockerfile: filepath.ToSlash(rel), Defaults: defaults, Workspace: workspace}, pr, show)
 			if err != nil {
+				finish("build failed")
 				return err
 			}
+			finish(fmt.Sprintf("built %s:%d", termsafe.String(t.Name), t.Version))
 			fmt.Fprintf(a.stdout, "%s:%d\n", termsafe.String(t.Name), t.Version)
 			return nil
 		},
@@ -123,6 +134,48 @@ starts with its contents in /workspace.`,
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print the build output")
 	_ = cmd.MarkFlagRequired("tag")
 	return cmd
+}
+
+// buildProgress shows a build on the terminal a.stderr is: its output,
+// and a status line with the step and its time, redrawn every second.
+func (a *app) buildProgress() (show func(string), finish func(result string)) {
+	width := 80
+	if f, ok := a.stderr.(*os.File); ok {
+		if w, _, err := term.GetSize(int(f.Fd())); err == nil {
+			width = w
+		}
+	}
+	var mu sync.Mutex
+	d := newBuildDisplay(a.stderr, width)
+	stop := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				mu.Lock()
+				d.status()
+				mu.Unlock()
+			}
+		}
+	}()
+	var once sync.Once
+	return func(line string) {
+			mu.Lock()
+			d.line(line)
+			mu.Unlock()
+		}, func(result string) {
+			once.Do(func() {
+				close(stop)
+				<-ended
+				d.done(result)
+			})
+		}
 }
 
 func (a *app) templateSaveCmd() *cobra.Command {

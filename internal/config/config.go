@@ -119,6 +119,11 @@ type Config struct {
 	// Lifecycle defaults and reconciler settings (lifecycle.go).
 	IdleTimeout, MaxLifetime, OrphanGrace     time.Duration
 	IdleAction, LifetimeAction, EngineRestart string
+	// Template builds (templates.go): how long one may take, the memory
+	// and CPUs its RUN steps get, and their network.
+	TemplateBuildTimeout time.Duration
+	TemplateBuildLimits  wire.Limits
+	TemplateBuildNetwork string
 	// Backup limits (backups.go): the largest workspace tar a backup takes,
 	// the bytes a sandbox's kept backups may take, the free space backups
 	// leave on the data dir's disk, how long a backup stream may stall.
@@ -229,6 +234,12 @@ var settings = []setting{
 		func(c *Config) any { return &c.MinFreeDisk }},
 	{"backup_idle_timeout", kindDuration, "a backup whose tar stream from the agent delivers nothing for this long is aborted",
 		func(c *Config) any { return &c.BackupIdleTimeout }},
+	{"template_build_timeout", kindDuration, "longest a template build may take; one still running then is stopped and records nothing",
+		func(c *Config) any { return &c.TemplateBuildTimeout }},
+	{"template_build_limits", kindLimits, "memory (MiB) and cpus of a template build's RUN steps, e.g. memory=4096,cpus=2 (0: no limit)",
+		func(c *Config) any { return &c.TemplateBuildLimits }},
+	{"template_build_network", kindString, "network of a template build's RUN steps: default (the engine's bridge, what the host reaches) or none",
+		func(c *Config) any { return &c.TemplateBuildNetwork }},
 	{"egress_network", kindString, "name of the bridge network sandboxes join",
 		func(c *Config) any { return &c.EgressNetwork }},
 	{"egress_subnet", kindString, "subnet (CIDR) of the egress network; firewall rules key on it",
@@ -290,6 +301,10 @@ func Default() Config {
 		MinFreeDisk:         DefaultMinFreeDisk,
 		BackupIdleTimeout:   DefaultBackupIdleTimeout,
 		DiskCheckInterval:   10 * time.Second,
+
+		TemplateBuildTimeout: DefaultTemplateBuildTimeout,
+		TemplateBuildLimits:  DefaultTemplateBuildLimits,
+		TemplateBuildNetwork: BuildNetworkDefault,
 
 		EgressNetwork:     DefaultEgressNetwork,
 		EgressSubnet:      DefaultEgressSubnet,
@@ -594,6 +609,9 @@ func (c *Config) Validate() error {
 	if err := c.validateBackups(bad); err != nil {
 		return err
 	}
+	if err := c.validateTemplates(bad); err != nil {
+		return err
+	}
 	if err := c.validateEgress(bad); err != nil {
 		return err
 	}
@@ -761,6 +779,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("default_limits", FormatLimits(c.DefaultLimits)),
 		slog.String("max_limits", FormatLimits(c.MaxLimits)),
 		slog.Duration("disk_check_interval", c.DiskCheckInterval),
+		slog.Duration("template_build_timeout", c.TemplateBuildTimeout),
+		slog.String("template_build_limits", FormatLimits(c.TemplateBuildLimits)),
+		slog.String("template_build_network", c.TemplateBuildNetwork),
 	)
 }
 

@@ -85,6 +85,10 @@ func TestDefaults(t *testing.T) {
 		MinFreeDisk:        1 << 30,
 		BackupIdleTimeout:  2 * time.Minute,
 
+		TemplateBuildTimeout: 30 * time.Minute,
+		TemplateBuildLimits:  wire.Limits{MemoryMB: 4096, CPUs: 2},
+		TemplateBuildNetwork: "default",
+
 		EgressNetwork: "hotcell-egress", EgressSubnet: "10.213.0.0/16", EgressDefaultMode: "open", EgressGatewayPort: "8090",
 		EgressDNSUpstream: got.EgressDNSUpstream, // the host's resolv.conf
 
@@ -250,6 +254,14 @@ func TestValidate(t *testing.T) {
 			[]string{`min_free_disk "-1"`, "(from --min-free-disk)"}},
 		{"backup idle timeout zero", nil, []string{"--backup-idle-timeout", "0s"},
 			[]string{`backup_idle_timeout "0s"`, "greater than 0"}},
+		{"template build timeout zero", nil, []string{"--template-build-timeout", "0s"},
+			[]string{`template_build_timeout "0s"`, "greater than 0", "(from --template-build-timeout)"}},
+		{"template build limits pids", nil, []string{"--template-build-limits", "memory=512,pids=10"},
+			[]string{`template_build_limits`, "only memory and cpus apply", "(from --template-build-limits)"}},
+		{"template build limits tiny memory", map[string]string{"HOTCELL_TEMPLATE_BUILD_LIMITS": "memory=8"}, nil,
+			[]string{`template_build_limits`, "at least 64 MiB", "(from HOTCELL_TEMPLATE_BUILD_LIMITS)"}},
+		{"template build network", nil, []string{"--template-build-network", "host"},
+			[]string{`template_build_network "host"`, "default or none", "(from --template-build-network)"}},
 		{"env duration unparsable", map[string]string{"HOTCELL_EXEC_TIMEOUT": "ten"}, nil,
 			[]string{`exec_timeout "ten"`, "(from HOTCELL_EXEC_TIMEOUT)"}},
 		{"preview domain bad character", nil, []string{"--preview-domain", "pre_view.example.com"},

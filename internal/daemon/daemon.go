@@ -81,6 +81,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	}
 	defer drv.Close()
 	drv.UseEngineRuntime(wire.RuntimeGVisor, cfg.GVisorEngineRuntime)
+	drv.UseBuildLimits(docker.BuildLimits{
+		MemoryBytes: cfg.TemplateBuildLimits.MemoryMB << 20, CPUs: cfg.TemplateBuildLimits.CPUs, Network: cfg.TemplateBuildNetwork,
+	})
 	info, err := drv.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("reach the Docker Engine (is dockerd running? start it, or run scripts/serve which does): %w", err)
@@ -165,6 +168,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	}
 
 	tpls.UseCapture(bk, ops)
+	tpls.BoundBuilds(cfg.TemplateBuildTimeout)
 	mets.Registry().MustRegister(mgr.PoolCollector())
 
 	keys := apikeys.New(st, log)

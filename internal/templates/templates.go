@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -69,6 +70,8 @@ type Service struct {
 	log       *slog.Logger
 	capture   Capturer
 	ops       *inflight.Group
+	// buildTimeout bounds each build (template_build_timeout); 0: none.
+	buildTimeout time.Duration
 	// locks serialise the builds and deletes of one name, so that two
 	// builds never take the same version.
 	locks keyedmutex.Map
@@ -78,6 +81,10 @@ type Service struct {
 func New(st Store, drv driver.ImageBuilder, sandboxes Sandboxes, log *slog.Logger) *Service {
 	return &Service{st: st, drv: drv, sandboxes: sandboxes, log: log.With("component", "templates"), ops: inflight.New()}
 }
+
+// BoundBuilds stops every later build that runs longer than timeout.
+// Call it before the service is used.
+func (s *Service) BoundBuilds(timeout time.Duration) { s.buildTimeout = timeout }
 
 // UseCapture lets templates be saved from sandboxes (Save) with c, and
 // tracks saves in ops, which the daemon's shutdown waits for. Call it
@@ -229,6 +236,21 @@ func (s *Service) BuildSeeded(ctx context.Context, name, dockerfile, workspaceFr
 	if dockerfile == "" {
 		dockerfile = "Dockerfile"
 	}
+	// A build is one of the daemon's operations: the shutdown waits for
+	// it, then cancels it (the engine stops the build, nothing is recorded).
+	ctx, end, err := s.ops.Begin(ctx)
+	if err != nil {
+		return wire.Template{}, err
+	}
+	defer end()
+	var errTimeout error
+	if s.buildTimeout > 0 {
+		errTimeout = fmt.Errorf("the build ran past template_build_timeout (%s) and was stopped; nothing was recorded: make it faster or raise template_build_timeout: %w",
+			s.buildTimeout, errdefs.ErrDeadlineExceeded)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, s.buildTimeout, errTimeout)
+		defer cancel()
+	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	v, err := s.nextVersion(ctx, name)
@@ -238,6 +260,18 @@ func (s *Service) BuildSeeded(ctx context.Context, name, dockerfile, workspaceFr
 	t := wire.Template{Name: name, Version: v, Image: ImageRef(name, v, newBuildID()), Defaults: defaults, WorkspaceFrom: workspaceFrom}
 	labels := map[string]string{LabelTemplate: name, LabelVersion: strconv.Itoa(t.Version)}
 	if err := s.drv.BuildImage(ctx, t.Image, dockerfile, labels, buildContext, progress); err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			// The engine may have tagged the image just before it saw
+			// the cancellation; nothing records it, so it goes.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			if rerr := s.drv.RemoveImage(rctx, t.Image); rerr != nil {
+				s.log.Warn("remove the image of a stopped build", "image", t.Image, "err", rerr)
+			}
+			cancel()
+			if errTimeout != nil && errors.Is(cause, errTimeout) || errors.Is(cause, inflight.ErrShuttingDown) {
+				err = cause
+			}
+		}
 		return wire.Template{}, fmt.Errorf("build template %q: %w", name, err)
 	}
 	t.CreatedAt = time.Now().UTC()

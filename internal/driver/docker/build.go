@@ -17,6 +17,23 @@ import (
 
 var _ driver.ImageBuilder = (*Driver)(nil)
 
+// BuildLimits bound the containers the engine's builder runs a build's RUN
+// steps in. Zero fields are the engine's defaults (no limit, its bridge).
+type BuildLimits struct {
+	MemoryBytes int64
+	CPUs        float64
+	// Network is the builder's network mode: "" or "default" for the
+	// engine's bridge, "none" for none.
+	Network string
+}
+
+// UseBuildLimits makes every later BuildImage run under l. Call it before
+// the driver is used.
+func (d *Driver) UseBuildLimits(l BuildLimits) { d.build = l }
+
+// buildCPUPeriod is the CFS period a build's CPU quota is counted in.
+const buildCPUPeriod = 100_000
+
 // BuildImage builds ref from the tar stream buildContext with the engine's
 // builder (no registry: FROM names a local image, or one the engine can
 // pull), passing each line of build output to progress. The image carries
@@ -29,13 +46,22 @@ func (d *Driver) BuildImage(ctx context.Context, ref, dockerfile string, labels 
 	for k, v := range labels {
 		all[k] = v
 	}
-	res, err := d.c.ImageBuild(ctx, buildContext, client.ImageBuildOptions{
+	opts := client.ImageBuildOptions{
 		Tags:        []string{ref},
 		Dockerfile:  dockerfile,
 		Remove:      true,
 		ForceRemove: true,
 		Labels:      all,
-	})
+		NetworkMode: d.build.Network,
+	}
+	if m := d.build.MemoryBytes; m > 0 {
+		// Swap as large as the memory: a RUN step cannot page past 2×.
+		opts.Memory, opts.MemorySwap = m, 2*m
+	}
+	if c := d.build.CPUs; c > 0 {
+		opts.CPUPeriod, opts.CPUQuota = buildCPUPeriod, int64(c*buildCPUPeriod)
+	}
+	res, err := d.c.ImageBuild(ctx, buildContext, opts)
 	if err != nil {
 		return classify("build image "+ref, err)
 	}

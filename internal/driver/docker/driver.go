@@ -31,6 +31,8 @@ type Driver struct {
 	c *client.Client
 	// disks, when set, hold the workspaces of sandboxes with a disk limit.
 	disks WorkspaceDisks
+	// build bounds template builds (UseBuildLimits).
+	build BuildLimits
 	// engineRuntimes maps hotcell runtimes to the engine's (runtime.go);
 	// nil is DefaultEngineRuntimes.
 	engineRuntimes map[string]string
