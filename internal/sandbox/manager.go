@@ -221,15 +221,16 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if err != nil {
 		return wire.Sandbox{}, err
 	}
+	if m.pools != nil {
+		// Refills wait while the API's creates run, claims included: they
+		// too need the firewall and the store, which refills would share.
+		m.pools.cold.Add(1)
+		defer m.pools.cold.Add(-1)
+	}
 	if co.Template != nil && m.pools.has(co.Template.Name) {
 		if sb, ok, err := m.claim(ctx, req, co, image, egress, limits, runtime, persist, progress); ok {
 			return sb, err
 		}
-	}
-	if m.pools != nil {
-		// Refills wait while the API's creates make boxes.
-		m.pools.cold.Add(1)
-		defer m.pools.cold.Add(-1)
 	}
 	// The image comes first so that a missing one leaves nothing behind.
 	if err := m.drv.EnsureImage(ctx, image, progress); err != nil {

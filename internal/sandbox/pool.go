@@ -93,19 +93,22 @@ type pooledBox struct {
 
 // pool is one template's pool.
 type pool struct {
-	name     string
-	cfg      wire.PoolConfig
-	removed  bool // drained, then forgotten
-	version  int  // the template version boxes are made from
-	ready    []pooledBox
-	adopting map[string]time.Time // re-adopted at start, waiting for their agent until
-	creating int
-	claims   int64
-	misses   int64
-	recent   []time.Time // claims within poolDemandWindow
-	lastErr  string
-	next     time.Time // rate limit: no refill starts before
-	refill   histogram
+	name    string
+	cfg     wire.PoolConfig
+	removed bool // drained, then forgotten
+	// fromConfig pools wait for a template that does not exist yet
+	// instead of being removed with it.
+	fromConfig bool
+	version    int // the template version boxes are made from
+	ready      []pooledBox
+	adopting   map[string]time.Time // re-adopted at start, waiting for their agent until
+	creating   int
+	claims     int64
+	misses     int64
+	recent     []time.Time // claims within poolDemandWindow
+	lastErr    string
+	next       time.Time // rate limit: no refill starts before
+	refill     histogram
 }
 
 // target is how many boxes the pool wants: min, grown by recent demand up
@@ -154,8 +157,9 @@ type poolSet struct {
 	refiling int // pooled boxes being made, over all pools
 
 	kick chan struct{}
-	// cold counts the creates from the API that make a box: refills wait
-	// while any runs, so the API's creates have the engine first.
+	// cold counts the creates from the API (claims and the boxes they
+	// make): refills wait while any runs, so the API's creates have the
+	// engine, the firewall and the store first.
 	cold atomic.Int64
 	wg   sync.WaitGroup
 }
@@ -376,7 +380,8 @@ func (m *Manager) ConfigurePools(ctx context.Context, fromConfig map[string]wire
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for name, cfg := range stored {
-		ps.configure(name, cfg)
+		p := ps.configure(name, cfg)
+		_, p.fromConfig = fromConfig[name]
 	}
 	return nil
 }
@@ -448,6 +453,10 @@ func (m *Manager) poolPass(ctx context.Context, now time.Time) {
 		var tpl wire.Template
 		ps.mu.Lock()
 		p := ps.byName[name]
+		if gone && p.fromConfig && !p.removed && len(p.ready)+len(p.adopting) == 0 {
+			ps.mu.Unlock()
+			continue // the daemon's config names it: it waits for its build
+		}
 		if gone && !p.removed {
 			m.log.Warn("the template of a pool is gone; draining the pool", "template", name)
 			p.removed = true
