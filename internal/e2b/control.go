@@ -96,6 +96,29 @@ func (s *Server) controlRoutes() {
 	s.control("POST /sandboxes/{id}/pause", s.pauseSandbox)
 	s.control("DELETE /sandboxes/{id}", s.killSandbox)
 	s.control("GET /sandboxes/{id}/metrics", s.getMetrics)
+	s.control("GET /templates/aliases/{alias}", s.templateAlias)
+}
+
+// templateAlias answers Template.exists(name): 200 with the template id
+// when a create from that id makes a sandbox from a known template (an
+// e2b_templates id, a hotcell template, base), else 404. Image names,
+// which a create also takes, are not templates here.
+func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) error {
+	alias := r.PathValue("alias")
+	_, known := s.opts.Templates[alias]
+	known = known || alias == "base"
+	if !known && s.opts.HotcellTemplates != nil {
+		_, ok, err := s.opts.HotcellTemplates(r.Context(), alias, &wire.CreateSandboxRequest{})
+		if err != nil {
+			return err
+		}
+		known = ok
+	}
+	if !known {
+		return fmt.Errorf("template %q: %w", clip(alias), errdefs.ErrNotFound)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": false})
+	return nil
 }
 
 // createRequest is NewSandbox / NewSandboxV2. Unknown fields are refused.

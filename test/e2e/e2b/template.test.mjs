@@ -5,7 +5,7 @@
 // sandbox as E2B_SAVED_TEMPLATE, whose /workspace holds seed.txt).
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox } from 'e2b'
+import { Sandbox, Template } from 'e2b'
 
 const made = []
 after(async () => {
@@ -46,4 +46,11 @@ test('an image name still means that image', async () => {
   const hc = await hotcell(sbx.sandboxId)
   assert.equal(hc.template, undefined)
   assert.equal(hc.image, process.env.E2B_TEMPLATE)
+})
+
+test('Template.exists: hotcell templates and base exist, other names do not', async () => {
+  assert.equal(await Template.exists(process.env.E2B_HOTCELL_TEMPLATE), true)
+  assert.equal(await Template.exists(process.env.E2B_SAVED_TEMPLATE), true)
+  assert.equal(await Template.exists('base'), true)
+  assert.equal(await Template.exists('no-such-template-e2e'), false)
 })
