@@ -85,7 +85,9 @@ func TestConsoleBrowser(t *testing.T) {
 			}
 		}
 	})
-	runConsoleNode(t, node, d, "console.test.mjs", "HOTCELL_LABEL="+label)
+	tpl := strings.ToLower(label) + "-tpl"
+	t.Cleanup(func() { _ = d.C.DeleteTemplate(context.Background(), tpl, true) })
+	runConsoleNode(t, node, d, "console.test.mjs", "HOTCELL_LABEL="+label, "HOTCELL_TEMPLATE="+tpl)
 }
 
 // TestConsoleBrowserGateway: a sandbox's LLM gateway use shows on its

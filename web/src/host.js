@@ -3,6 +3,16 @@
 import { api } from "./api.js";
 import { h, replace, bytes, when, toast } from "./ui.js";
 
+// pool describes a template's warm pool: ready boxes of its target, and
+// how creates fared.
+function pool(p) {
+  if (!p) return h("span.muted", {}, "none");
+  const c = p.config || {};
+  return h("span", { "data-pool": p.template }, `${p.ready} ready of ${c.min}${c.max > c.min ? "–" + c.max : ""}`,
+    p.creating ? `, ${p.creating} starting` : "", ` · ${p.claims} claimed, ${p.misses} missed`,
+    p.lastError ? h("span.error", {}, " · " + p.lastError) : null);
+}
+
 export function hostPage() {
   const body = h("div");
   const el = h("section.page.host-page", {}, h("h1", {}, "Host"), body);
@@ -32,9 +42,10 @@ export function hostPage() {
           row("Metrics", h("a", { href: "/metrics", target: "_blank", rel: "noopener" }, "/metrics (Prometheus)")),
           row("API", h("a", { href: "/v1/openapi.json", target: "_blank", rel: "noopener" }, "/v1/openapi.json"))),
         h("h2", {}, "Templates"),
-        tpl.templates.length ? h("table.list", {}, h("thead", {}, h("tr", {}, ["Name", "Version", "Image", "Built"].map((t) => h("th", {}, t)))),
-          h("tbody", {}, tpl.templates.map((t) => h("tr", {}, h("td", {}, t.name), h("td", {}, t.version), h("td", {}, t.image), h("td", {}, when(t.createdAt))))))
-          : h("p.muted", {}, "No templates (hotcell template build -t NAME)."));
+        tpl.templates.length ? h("table.list", {}, h("thead", {}, h("tr", {}, ["Name", "Version"].map((t) => h("th", {}, t)), h("th.hide-sm", {}, "Image"), h("th", {}, "Warm pool"), h("th.hide-sm", {}, "Built"))),
+          h("tbody", {}, tpl.templates.map((t) => h("tr", { "data-template": t.name }, h("td", {}, t.name), h("td", {}, t.version), h("td.hide-sm", {}, t.image),
+            h("td", {}, pool(t.pool)), h("td.hide-sm", {}, when(t.createdAt))))))
+          : h("p.muted", {}, "No templates (hotcell template build -t NAME, or Save as template on a running sandbox)."));
     } catch (e) {
       toast(e.message, "error");
     }

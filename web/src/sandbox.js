@@ -1,6 +1,6 @@
 // One sandbox: state and actions, live charts, and a tab per feature.
 import { api, stream, sb } from "./api.js";
-import { h, replace, toast, bytes, when, ago, stateBadge, confirmDialog, busy } from "./ui.js";
+import { h, replace, toast, bytes, when, ago, stateBadge, confirmDialog, promptDialog, busy } from "./ui.js";
 import { LineChart } from "./chart.js";
 import { terminalView } from "./terminal.js";
 import { filesView } from "./files.js";
@@ -72,6 +72,7 @@ export function sandboxPage(id, go) {
         s === "running" ? act("Pause", () => lifecycle("pause")) : null,
         s === "paused" ? act("Resume", () => lifecycle("resume")) : null,
         act("Backup", backup), act("Snapshot", snapshot), act("Fork", fork),
+        s === "running" ? act("Save as template", saveTemplate) : null,
         act("Destroy", destroy, ".danger")));
     el.dataset.state = s;
     for (const t of Object.values(tabs)) t.update && t.update(box);
@@ -98,6 +99,12 @@ export function sandboxPage(id, go) {
     toast(`snapshot ${sn.id}`);
     if (tabs.backups) tabs.backups.mount();
     return sn;
+  }
+  async function saveTemplate() {
+    const name = await promptDialog("Save as template", "Template name (lower case, digits, . _ -)");
+    if (!name) return;
+    const t = await api("POST", sb(id, "/template"), { json: { name } });
+    toast(`saved as template ${t.name} v${t.version}`);
   }
   async function fork() {
     if (!(await confirmDialog(`Fork ${id}?`, "A snapshot of this sandbox is taken and a new sandbox is created from it.", "Fork"))) return;

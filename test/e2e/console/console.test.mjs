@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { BASE, TOKEN, KEY, SHOTS, T, launch, apiCall } from "./browser.mjs";
 
 const LABEL = process.env.HOTCELL_LABEL;
+const TEMPLATE = process.env.HOTCELL_TEMPLATE;
 
 let b, browser, page, sandboxId;
 
@@ -349,9 +350,20 @@ test("the console, end to end", { timeout: 12 * 60_000 }, async (t) => {
     }
   });
 
+  await t.test("save as template, and see it on the host page", async () => {
+    await page.goto(`${BASE}/ui/#/sandboxes/${sandboxId}`);
+    await page.click("button[data-action='save as template']");
+    await page.locator("dialog input").fill(TEMPLATE);
+    await page.locator("dialog button[type=submit]").click();
+    await page.locator(".toast", { hasText: `saved as template ${TEMPLATE} v1` }).waitFor({ timeout: T });
+    const got = JSON.parse((await apiCall("GET", `/v1/templates/${TEMPLATE}`)).text);
+    assert.equal(got.fromSandbox, sandboxId);
+  });
+
   await t.test("host page", async () => {
     await page.click("nav.top >> text=Host");
     await page.locator("[data-host=version]").waitFor({ timeout: T });
+    await page.locator(`tr[data-template="${TEMPLATE}"]`, { hasText: "none" }).waitFor({ timeout: T });
     await page.locator("a[href='/metrics']").waitFor({ timeout: T });
     await shot("host");
   });
