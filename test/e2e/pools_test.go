@@ -291,15 +291,22 @@ func TestPoolRestartAndReplace(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPool(t, d, name, "full", func(s client.PoolStatus) bool { return s.Ready == 2 })
+	// A box claimed before the restart keeps its claimer's env after it
+	// (the agent gets it again when it connects to the new daemon).
+	early := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Env: map[string]string{"OWNER": "before-restart"}})
+	waitPool(t, d, name, "refilled", func(s client.PoolStatus) bool { return s.Ready == 2 })
 	before := pooledIDs(t, d)
 
 	d.Restart()
+	if out := mustOK(t, run(t, d, early.ID, `echo "$OWNER"`), "exec after restart"); out != "before-restart\n" {
+		t.Errorf("a claimed box's env after a daemon restart: got %q", out)
+	}
 	waitPool(t, d, name, "back after a restart", func(s client.PoolStatus) bool { return s.Ready == 2 })
 	if after := pooledIDs(t, d); !slices.Equal(after, before) {
 		t.Errorf("pooled boxes after a restart: got %v, want the same %v (re-adopted, none leaked or added)", after, before)
 	}
-	if n := len(instanceBoxes(t, d)); n != 2 {
-		t.Errorf("boxes on the engine after a restart: got %d, want 2", n)
+	if n := len(instanceBoxes(t, d)); n != 3 {
+		t.Errorf("boxes on the engine after a restart: got %d, want 3 (2 pooled, 1 claimed)", n)
 	}
 	sb := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Env: map[string]string{"OWNER": "after-restart"}})
 	if !slices.Contains(before, sb.ID) {
