@@ -53,37 +53,59 @@ ensure_docker() {
 	docker info >/dev/null 2>&1 || die "the Docker Engine did not start; see /var/log/hotcell-dockerd.log"
 }
 
-# GVISOR_RUNTIME_ARGS are the runsc flags gVisor sandboxes need here (the
-# driver's docker.GVisorRuntimeArgs): ptrace, as the KVM platform does not
-# start in time; host networking, which under Docker is the box's own
-# network namespace (gVisor's netstack refuses to start in it, and the
-# bridge and host firewall must apply as for runc); host-uds=open, so the
-# agent can dial the daemon's socket in its read-only run dir.
+# gVisor: hotcell runs gvisor sandboxes with a runsc it builds from the Go
+# module proxy at GVISOR_VERSION (Debian's runsc, 0.0~20221219, has only
+# the ptrace platform, on which a process start costs about twice as much;
+# see bench/README.md), installed once at $GVISOR_DIR/$GVISOR_VERSION/runsc:
+# the path is the version stamp, so a second run finds it and takes no time.
+# When the build fails (no Go module proxy), Debian's runsc is used instead.
+GVISOR_VERSION=v0.0.0-20260905035102-160fafc42237
+GVISOR_DIR=${HOTCELL_GVISOR_DIR:-/usr/local/lib/hotcell/gvisor}
+
+# GVISOR_RUNTIME_ARGS are the flags Debian's runsc needs here (the driver's
+# docker.GVisorRuntimeArgs): ptrace, its only platform that starts on these
+# hosts (its KVM platform spins and never runs the box); host networking,
+# which under Docker is the box's own network namespace (gVisor's netstack
+# refuses to start in it, and the bridge and host firewall must apply as
+# for runc); host-uds=open, so the agent can dial the daemon's socket in
+# its read-only run dir.
 GVISOR_RUNTIME_ARGS='["--platform=ptrace","--network=host","--host-uds=open"]'
 
-# runsc_register FILE NAME RUNSC merges the runtime NAME (runsc at path
-# RUNSC with GVISOR_RUNTIME_ARGS) into the engine config FILE, keeping every
-# other setting, other runtimes and the entry's own other flags (its own
-# --platform, --network and --host-uds give way to ours). It prints
-# "changed" after rewriting FILE (atomically, same mode, the old one kept as
-# FILE.hotcell-backup) or "unchanged" when FILE already had it, untouched.
-# A missing or empty FILE counts as {}; one that is not a JSON object is an
-# error and left as it is.
+# gvisor_built_args prints the flags of the runsc hotcell builds: the
+# systrap platform (${HOTCELL_GVISOR_PLATFORM:-systrap}; kvm needs a /dev/kvm
+# that runs guests, which these hosts' nested /dev/kvm does not), the same
+# networking and socket flags, and --overlay2=none: newer runsc keeps the
+# root filesystem's writes in an overlay inside the sandbox by default,
+# where the engine cannot see them, and snapshots commit what it sees.
+gvisor_built_args() {
+	printf '["--platform=%s","--network=host","--host-uds=open","--overlay2=none"]\n' "${HOTCELL_GVISOR_PLATFORM:-systrap}"
+}
+
+# runsc_register FILE NAME RUNSC [ARGS] merges the runtime NAME (runsc at
+# path RUNSC with the JSON array ARGS, GVISOR_RUNTIME_ARGS by default) into
+# the engine config FILE, keeping every other setting, other runtimes and
+# the entry's own other flags (its own --platform, --network, --host-uds and
+# --overlay2 give way to ours). The entry's path stays when it is the
+# operator's; one hotcell put there (Debian's /usr/bin/runsc, an older build
+# under GVISOR_DIR) becomes RUNSC. It prints "changed" after rewriting FILE
+# (atomically, same mode, the old one kept as FILE.hotcell-backup) or
+# "unchanged" when FILE already had it, untouched. A missing or empty FILE
+# counts as {}; one that is not a JSON object is an error and left as it is.
 runsc_register() {
-	local file=$1 name=$2 runsc=$3 old new tmp
+	local file=$1 name=$2 runsc=$3 args=${4:-$GVISOR_RUNTIME_ARGS} old new tmp
 	old='{}'
 	if [ -s "$file" ]; then
 		old=$(jq -e 'if type == "object" then . else error("not a JSON object") end' "$file") ||
 			{ printf 'error: %s is not a JSON object; fix it by hand\n' "$file" >&2; return 1; }
 	fi
-	new=$(printf '%s' "$old" | jq --arg n "$name" --arg path "$runsc" --argjson args "$GVISOR_RUNTIME_ARGS" '
+	new=$(printf '%s' "$old" | jq --arg n "$name" --arg path "$runsc" --arg ours "$GVISOR_DIR/" --argjson args "$args" '
 		(.runtimes // {}) as $r | ($r[$n] // {}) as $e
 		| .runtimes = $r + {($n): ($e + {
-			path: ($e.path // $path),
+			path: (if ($e.path // "") == "" or $e.path == "/usr/bin/runsc" or ($e.path | startswith($ours)) then $path else $e.path end),
 			runtimeArgs: ((reduce ($e.runtimeArgs // [])[] as $a ({out: [], skip: false};
 				if .skip then .skip = false
-				elif ($a | test("^--?(platform|network|host-uds)$")) then .skip = true
-				elif ($a | test("^--?(platform|network|host-uds)=")) then .
+				elif ($a | test("^--?(platform|network|host-uds|overlay2)$")) then .skip = true
+				elif ($a | test("^--?(platform|network|host-uds|overlay2)=")) then .
 				else .out += [$a] end) | .out) + $args)
 		})}') || return 1
 	if [ "$(printf '%s' "$old" | jq -S .)" = "$(printf '%s' "$new" | jq -S .)" ]; then
@@ -101,35 +123,76 @@ runsc_register() {
 	echo changed
 }
 
-# ensure_runsc installs gVisor's runsc from Debian and registers it with the
-# running Docker Engine as runtime ${HOTCELL_GVISOR_ENGINE_RUNTIME:-runsc}
-# (hotcell's gvisor_engine_runtime) in ${HOTCELL_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}.
-# The engine reloads its runtimes on SIGHUP, so it is signalled (never
-# restarted: its containers keep running), and only when the file changed;
-# then this waits until `docker info` lists the runtime. It returns non-zero
-# with a message when gVisor cannot be had: runc sandboxes work without it.
+# runsc_build makes sure $GVISOR_DIR/$GVISOR_VERSION/runsc is there: it
+# builds it with `go install` from the Go module proxy (minutes, once) when
+# it is not. It fails, leaving nothing behind, when Go or the build does.
+runsc_build() {
+	local dest=$GVISOR_DIR/$GVISOR_VERSION/runsc tmp
+	[ -x "$dest" ] && return 0
+	command -v go >/dev/null || { printf 'error: building runsc needs Go\n' >&2; return 1; }
+	log "building gVisor's runsc $GVISOR_VERSION from the Go module proxy (once; about 5 minutes on 2 cores)"
+	tmp=$(mktemp -d) || return 1
+	if (cd "$tmp" && go mod init hotcell-runsc-build >/dev/null 2>&1 &&
+		GOBIN=$tmp/bin CGO_ENABLED=0 GOFLAGS=-mod=mod go install "gvisor.dev/gvisor/runsc@$GVISOR_VERSION") &&
+		"$tmp/bin/runsc" --version >/dev/null &&
+		mkdir -p "$(dirname "$dest")" && install -m 0755 "$tmp/bin/runsc" "$dest.tmp" && mv -f "$dest.tmp" "$dest"; then
+		rm -rf "$tmp"
+		return 0
+	fi
+	rm -rf "$tmp" "$dest.tmp"
+	printf 'error: building gVisor runsc %s failed\n' "$GVISOR_VERSION" >&2
+	return 1
+}
+
+# runsc_pick prints the runsc ensure_runsc registers and its flags, as
+# "PATH ARGS": hotcell's build when it is there, else Debian's runsc.
+runsc_pick() {
+	local built=$GVISOR_DIR/$GVISOR_VERSION/runsc deb
+	if [ -x "$built" ]; then
+		printf '%s %s\n' "$built" "$(gvisor_built_args)"
+	elif deb=$(command -v runsc); then
+		printf '%s %s\n' "$deb" "$GVISOR_RUNTIME_ARGS"
+	else
+		return 1
+	fi
+}
+
+# ensure_runsc builds gVisor's runsc (runsc_build; Debian's runsc when that
+# fails) and registers it with the running Docker Engine as runtime
+# ${HOTCELL_GVISOR_ENGINE_RUNTIME:-runsc} (hotcell's gvisor_engine_runtime)
+# in ${HOTCELL_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}. The engine
+# reloads its runtimes on SIGHUP, so it is signalled (never restarted: its
+# containers keep running), and only when the file changed; then this waits
+# until `docker info` lists the runtime. It returns non-zero with a message
+# when gVisor cannot be had: runc sandboxes work without it. Call it after
+# ensure_go.
 ensure_runsc() {
 	local file=${HOTCELL_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
-	local name=${HOTCELL_GVISOR_ENGINE_RUNTIME:-runsc} runsc res pid
-	if ! runsc=$(command -v runsc); then
-		log "installing gVisor (runsc)"
-		export DEBIAN_FRONTEND=noninteractive
-		{ apt-get update -qq && apt-get install -y -qq runsc >/dev/null; } ||
-			{ printf 'error: apt-get install runsc failed\n' >&2; return 1; }
-		runsc=$(command -v runsc) || return 1
+	local name=${HOTCELL_GVISOR_ENGINE_RUNTIME:-runsc} runsc args res pid
+	if ! runsc_build; then
+		log "warning: using Debian's runsc (ptrace platform) instead: process starts in gvisor sandboxes cost about twice as much"
+		if ! command -v runsc >/dev/null; then
+			log "installing gVisor (Debian's runsc)"
+			export DEBIAN_FRONTEND=noninteractive
+			{ apt-get update -qq && apt-get install -y -qq runsc >/dev/null; } ||
+				{ printf 'error: apt-get install runsc failed\n' >&2; return 1; }
+		fi
 	fi
-	res=$(runsc_register "$file" "$name" "$runsc") || return 1
+	read -r runsc args < <(runsc_pick) || { printf 'error: no runsc\n' >&2; return 1; }
+	res=$(runsc_register "$file" "$name" "$runsc" "$args") || return 1
 	if [ "$res" = changed ]; then
 		pid=$(cat /var/run/docker.pid 2>/dev/null || pidof -s dockerd) ||
 			{ printf 'error: no dockerd to reload\n' >&2; return 1; }
-		log "registered gVisor as Docker runtime $name in $file; reloading dockerd (SIGHUP)"
+		log "registered gVisor ($runsc) as Docker runtime $name in $file; reloading dockerd (SIGHUP)"
 		kill -HUP "$pid" || return 1
 	fi
+	# The engine lists the entry as the file has it (an operator's path stays).
+	runsc=$(jq -r --arg n "$name" '.runtimes[$n].path' "$file") || return 1
 	for _ in $(seq 1 60); do
-		docker info --format '{{json .Runtimes}}' 2>/dev/null | jq -e --arg n "$name" 'has($n)' >/dev/null && return 0
+		docker info --format '{{json .Runtimes}}' 2>/dev/null | jq -e --arg n "$name" --arg p "$runsc" '.[$n].path == $p' >/dev/null && return 0
 		sleep 0.5
 	done
-	printf 'error: the Docker Engine does not list runtime %s after reloading %s (does dockerd read another --config-file?)\n' "$name" "$file" >&2
+	printf 'error: the Docker Engine does not list runtime %s (%s) after reloading %s (does dockerd read another --config-file?)\n' "$name" "$runsc" "$file" >&2
 	return 1
 }
 

@@ -48,95 +48,99 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 	t.Parallel()
 	d := sharedDaemon(t)
 	ctx := t.Context()
-	sb := newSandbox(t, d, client.CreateSandboxRequest{})
-	mustOK(t, run(t, d, sb.ID, `cd /workspace && echo one > a.txt && mkdir -p dir/sub && echo two > dir/sub/b && ln -s a.txt link &&
-		dd if=/dev/urandom of=big bs=1024 count=2048 2>/dev/null && chmod 600 dir/sub/b`), "fill workspace")
-	before := state(t, d, sb.ID)
+	// Under each runtime: the agent inside the box reads and writes the
+	// workspace for the backup and the restore.
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		sb := newSandbox(t, d, client.CreateSandboxRequest{Runtime: rt})
+		mustOK(t, run(t, d, sb.ID, `cd /workspace && echo one > a.txt && mkdir -p dir/sub && echo two > dir/sub/b && ln -s a.txt link &&
+			dd if=/dev/urandom of=big bs=1024 count=2048 2>/dev/null && chmod 600 dir/sub/b`), "fill workspace")
+		before := state(t, d, sb.ID)
 
-	var progress []int64
-	b, err := d.C.CreateBackup(ctx, sb.ID, client.BackupOptions{Progress: func(n int64) { progress = append(progress, n) }})
-	if err != nil {
-		t.Fatalf("backup: %v", err)
-	}
-	if b.Size < 2<<20 || len(b.SHA256) != 64 || b.Gzip {
-		t.Errorf("backup = %+v, want an uncompressed tar over 2 MiB with a sha256", b)
-	}
-	if len(progress) < 2 || progress[len(progress)-1] < 2<<20 {
-		t.Errorf("progress events %v, want several ending above 2 MiB", progress)
-	}
-	if fi, err := os.Stat(backupFile(d, b)); err != nil || fi.Size() != b.Size {
-		t.Errorf("backup file: %v, size %v, want %d", err, fi, b.Size)
-	}
-
-	// Change everything: edit, delete, create.
-	mustOK(t, run(t, d, sb.ID, `cd /workspace && echo changed > a.txt && rm -r dir && echo new > new.txt && mkdir newdir`), "change workspace")
-	res, err := d.C.Restore(ctx, sb.ID, client.RestoreRequest{BackupID: b.ID})
-	if err != nil {
-		t.Fatalf("restore: %v", err)
-	}
-	if res.SHA256 != b.SHA256 {
-		t.Errorf("restore sha256 %s, want %s", res.SHA256, b.SHA256)
-	}
-	if after := state(t, d, sb.ID); after != before {
-		t.Errorf("workspace after restore:\n%s\nwant:\n%s", after, before)
-	}
-	if out := mustOK(t, run(t, d, sb.ID, `ls -a /workspace | grep hotcell || true`), "leftovers"); out != "" {
-		t.Errorf("restore left %q in the workspace", out)
-	}
-
-	t.Run("gzip round trip into a new sandbox", func(t *testing.T) {
-		gz, err := d.C.CreateBackup(ctx, sb.ID, client.BackupOptions{Gzip: true})
+		var progress []int64
+		b, err := d.C.CreateBackup(ctx, sb.ID, client.BackupOptions{Progress: func(n int64) { progress = append(progress, n) }})
 		if err != nil {
-			t.Fatalf("gzip backup: %v", err)
+			t.Fatalf("backup: %v", err)
 		}
-		if !gz.Gzip || gz.Size >= b.Size {
-			t.Errorf("gzip backup %+v: want gzip and smaller than %d (the 2 MiB random file aside, tar padding compresses)", gz, b.Size)
+		if b.Size < 2<<20 || len(b.SHA256) != 64 || b.Gzip {
+			t.Errorf("backup = %+v, want an uncompressed tar over 2 MiB with a sha256", b)
 		}
-		var buf bytes.Buffer
-		if n, err := d.C.DownloadBackup(ctx, sb.ID, gz.ID, &buf); err != nil || n != gz.Size {
-			t.Fatalf("download: %d bytes, %v", n, err)
+		if len(progress) < 2 || progress[len(progress)-1] < 2<<20 {
+			t.Errorf("progress events %v, want several ending above 2 MiB", progress)
 		}
-		if !bytes.HasPrefix(buf.Bytes(), []byte{0x1f, 0x8b}) {
-			t.Errorf("download is not gzip")
+		if fi, err := os.Stat(backupFile(d, b)); err != nil || fi.Size() != b.Size {
+			t.Errorf("backup file: %v, size %v, want %d", err, fi, b.Size)
 		}
-		fork := newSandbox(t, d, client.CreateSandboxRequest{Restore: &client.RestoreSource{SandboxID: sb.ID, BackupID: gz.ID}})
-		if got := state(t, d, fork.ID); got != before {
-			t.Errorf("new sandbox's workspace:\n%s\nwant:\n%s", got, before)
-		}
-		// The downloaded archive uploads back as a backup of another sandbox.
-		up, err := d.C.UploadBackup(ctx, fork.ID, bytes.NewReader(buf.Bytes()))
-		if err != nil {
-			t.Fatalf("upload: %v", err)
-		}
-		if up.SHA256 != gz.SHA256 || !up.Gzip || up.Source != "upload" {
-			t.Errorf("uploaded backup %+v, want the same sha256 as %+v", up, gz)
-		}
-	})
 
-	t.Run("retention", func(t *testing.T) {
-		var last client.Backup
-		for range 3 {
-			if last, err = d.C.CreateBackup(ctx, sb.ID, client.BackupOptions{Keep: 2}); err != nil {
+		// Change everything: edit, delete, create.
+		mustOK(t, run(t, d, sb.ID, `cd /workspace && echo changed > a.txt && rm -r dir && echo new > new.txt && mkdir newdir`), "change workspace")
+		res, err := d.C.Restore(ctx, sb.ID, client.RestoreRequest{BackupID: b.ID})
+		if err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		if res.SHA256 != b.SHA256 {
+			t.Errorf("restore sha256 %s, want %s", res.SHA256, b.SHA256)
+		}
+		if after := state(t, d, sb.ID); after != before {
+			t.Errorf("workspace after restore:\n%s\nwant:\n%s", after, before)
+		}
+		if out := mustOK(t, run(t, d, sb.ID, `ls -a /workspace | grep hotcell || true`), "leftovers"); out != "" {
+			t.Errorf("restore left %q in the workspace", out)
+		}
+
+		t.Run("gzip round trip into a new sandbox", func(t *testing.T) {
+			gz, err := d.C.CreateBackup(ctx, sb.ID, client.BackupOptions{Gzip: true})
+			if err != nil {
+				t.Fatalf("gzip backup: %v", err)
+			}
+			if !gz.Gzip || gz.Size >= b.Size {
+				t.Errorf("gzip backup %+v: want gzip and smaller than %d (the 2 MiB random file aside, tar padding compresses)", gz, b.Size)
+			}
+			var buf bytes.Buffer
+			if n, err := d.C.DownloadBackup(ctx, sb.ID, gz.ID, &buf); err != nil || n != gz.Size {
+				t.Fatalf("download: %d bytes, %v", n, err)
+			}
+			if !bytes.HasPrefix(buf.Bytes(), []byte{0x1f, 0x8b}) {
+				t.Errorf("download is not gzip")
+			}
+			fork := newSandbox(t, d, client.CreateSandboxRequest{Runtime: rt, Restore: &client.RestoreSource{SandboxID: sb.ID, BackupID: gz.ID}})
+			if got := state(t, d, fork.ID); got != before {
+				t.Errorf("new sandbox's workspace:\n%s\nwant:\n%s", got, before)
+			}
+			// The downloaded archive uploads back as a backup of another sandbox.
+			up, err := d.C.UploadBackup(ctx, fork.ID, bytes.NewReader(buf.Bytes()))
+			if err != nil {
+				t.Fatalf("upload: %v", err)
+			}
+			if up.SHA256 != gz.SHA256 || !up.Gzip || up.Source != "upload" {
+				t.Errorf("uploaded backup %+v, want the same sha256 as %+v", up, gz)
+			}
+		})
+
+		t.Run("retention", func(t *testing.T) {
+			var last client.Backup
+			for range 3 {
+				if last, err = d.C.CreateBackup(ctx, sb.ID, client.BackupOptions{Keep: 2}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			list, err := d.C.Backups(ctx, sb.ID)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		list, err := d.C.Backups(ctx, sb.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list) != 2 || list[0].ID != last.ID {
-			t.Errorf("after 3 backups with keep=2: %+v", list)
-		}
-		files, _ := os.ReadDir(filepath.Join(d.DataDir, "backups", sb.ID))
-		if len(files) != 2 {
-			t.Errorf("%d files in the backups dir, want 2", len(files))
-		}
-		if err := d.C.DeleteBackup(ctx, sb.ID, last.ID); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.C.GetBackup(ctx, sb.ID, last.ID); err == nil {
-			t.Errorf("deleted backup still there")
-		}
+			if len(list) != 2 || list[0].ID != last.ID {
+				t.Errorf("after 3 backups with keep=2: %+v", list)
+			}
+			files, _ := os.ReadDir(filepath.Join(d.DataDir, "backups", sb.ID))
+			if len(files) != 2 {
+				t.Errorf("%d files in the backups dir, want 2", len(files))
+			}
+			if err := d.C.DeleteBackup(ctx, sb.ID, last.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.C.GetBackup(ctx, sb.ID, last.ID); err == nil {
+				t.Errorf("deleted backup still there")
+			}
+		})
 	})
 }
 
@@ -429,64 +433,68 @@ func TestSnapshotFork(t *testing.T) {
 	t.Parallel()
 	d := sharedDaemon(t)
 	ctx := t.Context()
-	orig := newSandbox(t, d, client.CreateSandboxRequest{})
-	// An "installed package" in the root filesystem, and project files.
-	mustOK(t, run(t, d, orig.ID, `mkdir -p /opt/tool/bin && printf '#!/bin/sh\necho tool v1\n' > /opt/tool/bin/tool && chmod 755 /opt/tool/bin/tool &&
-		echo project > /workspace/README && mkdir /workspace/src && echo code > /workspace/src/main`), "install")
-	origState := state(t, d, orig.ID)
-	sn, err := d.C.CreateSnapshot(ctx, orig.ID)
-	if err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
-	if !strings.HasPrefix(sn.Image, "hotcell/snapshot:") || sn.WorkspaceBackupID == "" {
-		t.Errorf("snapshot %+v", sn)
-	}
-	if list, err := d.C.Snapshots(ctx, orig.ID); err != nil || len(list) != 1 {
-		t.Errorf("snapshots: %v, %v", list, err)
-	}
-	forks := []client.Sandbox{}
-	for range 2 {
-		f, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Snapshot: sn.ID})
+	// Under each runtime: the snapshot commits the box's root filesystem as
+	// the engine sees it, which gVisor must have written through to.
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		orig := newSandbox(t, d, client.CreateSandboxRequest{Runtime: rt})
+		// An "installed package" in the root filesystem, and project files.
+		mustOK(t, run(t, d, orig.ID, `mkdir -p /opt/tool/bin && printf '#!/bin/sh\necho tool v1\n' > /opt/tool/bin/tool && chmod 755 /opt/tool/bin/tool &&
+			echo project > /workspace/README && mkdir /workspace/src && echo code > /workspace/src/main`), "install")
+		origState := state(t, d, orig.ID)
+		sn, err := d.C.CreateSnapshot(ctx, orig.ID)
 		if err != nil {
-			t.Fatalf("create from snapshot: %v", err)
+			t.Fatalf("snapshot: %v", err)
 		}
-		forks = append(forks, f)
-	}
-	defer func() {
-		for _, f := range forks {
-			_ = d.C.DeleteSandbox(context.Background(), f.ID)
+		if !strings.HasPrefix(sn.Image, "hotcell/snapshot:") || sn.WorkspaceBackupID == "" {
+			t.Errorf("snapshot %+v", sn)
 		}
-		if err := d.C.DeleteSnapshot(context.Background(), orig.ID, sn.ID); err != nil {
-			t.Errorf("delete snapshot: %v", err)
+		if list, err := d.C.Snapshots(ctx, orig.ID); err != nil || len(list) != 1 {
+			t.Errorf("snapshots: %v, %v", list, err)
 		}
-		if out, _ := exec.Command("docker", "image", "inspect", sn.Image).CombinedOutput(); !strings.Contains(string(out), "No such image") {
-			t.Errorf("snapshot image %s still exists after delete", sn.Image)
+		forks := []client.Sandbox{}
+		for range 2 {
+			f, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Runtime: rt, Snapshot: sn.ID})
+			if err != nil {
+				t.Fatalf("create from snapshot: %v", err)
+			}
+			forks = append(forks, f)
 		}
-	}()
-	fork := forks[0]
-	if out := mustOK(t, run(t, d, fork.ID, `/opt/tool/bin/tool`), "run the tool in the fork"); out != "tool v1\n" {
-		t.Errorf("fork's tool says %q", out)
-	}
-	if got := state(t, d, fork.ID); got != origState {
-		t.Errorf("fork's workspace:\n%s\nwant:\n%s", got, origState)
-	}
-	// The agent's mounts are not baked into the image: the fork's agent is
-	// the daemon's, and its run dir is its own.
-	mustOK(t, run(t, d, fork.ID, `test "$HOTCELL_SANDBOX_ID" = `+fork.ID), "fork's id")
-	// Forks and original are independent.
-	mustOK(t, run(t, d, fork.ID, `echo forked > /workspace/README && rm -r /workspace/src && echo v2 > /opt/tool/version`), "edit the fork")
-	if got := state(t, d, orig.ID); got != origState {
-		t.Errorf("original changed by the fork:\n%s\nwant:\n%s", got, origState)
-	}
-	mustOK(t, run(t, d, orig.ID, `test ! -e /opt/tool/version`), "original's root fs unchanged")
-	if got := state(t, d, forks[1].ID); got != origState {
-		t.Errorf("second fork changed by the first:\n%s", got)
-	}
-	// The snapshot cannot go while forks use its image.
-	if err := d.C.DeleteSnapshot(ctx, orig.ID, sn.ID); err == nil {
-		t.Errorf("deleting a snapshot in use succeeded")
-		_, _ = d.C.CreateSnapshot(ctx, orig.ID) // keep the deferred checks meaningful
-	} else {
-		wantHTTP(t, err, http.StatusConflict, "delete a snapshot in use")
-	}
+		defer func() {
+			for _, f := range forks {
+				_ = d.C.DeleteSandbox(context.Background(), f.ID)
+			}
+			if err := d.C.DeleteSnapshot(context.Background(), orig.ID, sn.ID); err != nil {
+				t.Errorf("delete snapshot: %v", err)
+			}
+			if out, _ := exec.Command("docker", "image", "inspect", sn.Image).CombinedOutput(); !strings.Contains(string(out), "No such image") {
+				t.Errorf("snapshot image %s still exists after delete", sn.Image)
+			}
+		}()
+		fork := forks[0]
+		if out := mustOK(t, run(t, d, fork.ID, `/opt/tool/bin/tool`), "run the tool in the fork"); out != "tool v1\n" {
+			t.Errorf("fork's tool says %q", out)
+		}
+		if got := state(t, d, fork.ID); got != origState {
+			t.Errorf("fork's workspace:\n%s\nwant:\n%s", got, origState)
+		}
+		// The agent's mounts are not baked into the image: the fork's agent is
+		// the daemon's, and its run dir is its own.
+		mustOK(t, run(t, d, fork.ID, `test "$HOTCELL_SANDBOX_ID" = `+fork.ID), "fork's id")
+		// Forks and original are independent.
+		mustOK(t, run(t, d, fork.ID, `echo forked > /workspace/README && rm -r /workspace/src && echo v2 > /opt/tool/version`), "edit the fork")
+		if got := state(t, d, orig.ID); got != origState {
+			t.Errorf("original changed by the fork:\n%s\nwant:\n%s", got, origState)
+		}
+		mustOK(t, run(t, d, orig.ID, `test ! -e /opt/tool/version`), "original's root fs unchanged")
+		if got := state(t, d, forks[1].ID); got != origState {
+			t.Errorf("second fork changed by the first:\n%s", got)
+		}
+		// The snapshot cannot go while forks use its image.
+		if err := d.C.DeleteSnapshot(ctx, orig.ID, sn.ID); err == nil {
+			t.Errorf("deleting a snapshot in use succeeded")
+			_, _ = d.C.CreateSnapshot(ctx, orig.ID) // keep the deferred checks meaningful
+		} else {
+			wantHTTP(t, err, http.StatusConflict, "delete a snapshot in use")
+		}
+	})
 }

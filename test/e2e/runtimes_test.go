@@ -18,9 +18,10 @@ import (
 //
 // Which tests run under both: the ones of each feature an agent uses
 // inside a box — exec, files, processes, terminals, watch, ports, egress,
-// a daemon restart. The rest (lifecycle, backups, hostile inputs to the
-// daemon) do not depend on the kernel that serves the box, or have their
-// own gVisor test (gvisor_test.go).
+// a daemon restart, the LLM gateway, backup and restore, snapshots and
+// forks. The rest (lifecycle, hostile inputs to the daemon) do not depend
+// on the kernel that serves the box, or have their own gVisor test
+// (gvisor_test.go).
 func forEachRuntime(t *testing.T, fn func(t *testing.T, rt string)) {
 	t.Helper()
 	for _, rt := range []string{hotcell.RuntimeRunc, hotcell.RuntimeGVisor} {

@@ -13,15 +13,18 @@ import (
 
 // DefaultEngineRuntimes names, for each hotcell runtime, the engine
 // runtime (a key of daemon.json's "runtimes", or the built-in runc) that
-// runs it. scripts/lib.sh registers gVisor's runsc under "runsc".
+// runs it. scripts/lib.sh registers gVisor's runsc under "runsc": its own
+// build of a pinned runsc on the systrap platform, or Debian's runsc on
+// ptrace when that build cannot be had.
 var DefaultEngineRuntimes = map[string]string{
 	wire.RuntimeRunc:   "runc",
 	wire.RuntimeGVisor: "runsc",
 }
 
-// GVisorRuntimeArgs are the runsc flags a box needs on this engine:
-// ptrace because the KVM platform does not start in time here; host
-// networking, which under Docker means the box's own network namespace,
+// GVisorRuntimeArgs are the flags Debian's runsc needs on this engine
+// (scripts/lib.sh gives its newer build of runsc --platform=systrap and
+// --overlay2=none instead of ptrace): ptrace because Debian's runsc has no
+// systrap and its KVM platform does not start here; host networking, which under Docker means the box's own network namespace,
 // because gVisor's netstack refuses to start in it ("cannot run with
 // network enabled in root network namespace") and because the bridge and
 // the host firewall must apply as for runc; host-uds=open so the agent can
@@ -92,8 +95,8 @@ func enableHint(rt, engine string) string {
 	if rt != wire.RuntimeGVisor {
 		return fmt.Sprintf("the Docker Engine has no runtime %q; register it in /etc/docker/daemon.json (\"runtimes\") and reload dockerd with SIGHUP", engine)
 	}
-	return fmt.Sprintf("the Docker Engine has no runtime %q (gVisor): `sudo scripts/serve` installs and registers it; by hand, "+
-		"`apt-get install runsc`, add \"runtimes\": {%q: {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [%s]}} to /etc/docker/daemon.json "+
+	return fmt.Sprintf("the Docker Engine has no runtime %q (gVisor): `sudo scripts/serve` builds and registers it; by hand, "+
+		"`apt-get install runsc` (slower to start processes than the build), add \"runtimes\": {%q: {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [%s]}} to /etc/docker/daemon.json "+
 		"and reload dockerd with `kill -HUP $(pidof dockerd)`", engine, engine, quoteJoin(GVisorRuntimeArgs))
 }
 
