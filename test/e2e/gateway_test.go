@@ -204,9 +204,9 @@ func TestGatewayEndToEnd(t *testing.T) {
 		t.Run("openai json with python", func(t *testing.T) {
 			out := execOut(t, d, a.ID, client.ExecRequest{Argv: []string{"python3", "-c",
 				`import os, json, urllib.request
-	req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=b'{"model":"m","messages":[]}',
-	    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
-	print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"])`}})
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=b'{"model":"m","messages":[]}',
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"])`}})
 			if strings.TrimSpace(out) != "hello from the fake upstream" {
 				t.Errorf("got %q", out)
 			}
