@@ -95,6 +95,18 @@ func TestTemplateSave(t *testing.T) {
 	_, err = d.C.SaveTemplate(ctx, "sb-nosuchsandbox", name, nil)
 	wantTplStatus(t, "unknown sandbox", err, http.StatusNotFound, "sb-nosuchsandbox")
 
+	// The CLI saves a sandbox made from the template as its version 2.
+	c := newCLI(t, d)
+	if r := c.want(0, "template", "save", made.ID, "-t", name, "--env", "CLI=yes"); r.stdout != name+":2\n" {
+		t.Errorf("template save: got %v, want %s:2", r, name)
+	}
+	if got, err := d.C.GetTemplate(ctx, name); err != nil || got.Version != 2 || got.FromSandbox != made.ID || got.Defaults.Env["CLI"] != "yes" {
+		t.Errorf("after the CLI's save: got %+v, %v", got, err)
+	}
+	if r := c.run("template", "save", made.ID); r.code == 0 || !strings.Contains(r.stderr, "tag") {
+		t.Errorf("template save without -t: got %v, want an error naming the flag", r)
+	}
+
 	// The seed is the template's: deleting the template deletes it.
 	if err := d.C.DeleteTemplate(ctx, name, true); err != nil {
 		t.Fatal(err)
