@@ -170,7 +170,7 @@ ensure_runsc() {
 	local file=${HOTCELL_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
 	local name=${HOTCELL_GVISOR_ENGINE_RUNTIME:-runsc} runsc args res pid
 	if ! runsc_build; then
-		log "warning: using Debian's runsc (ptrace platform) instead: process starts in gvisor sandboxes cost about twice as much"
+		log "warning: using Debian's runsc (ptrace platform) instead: process starts in gvisor sandboxes cost 2-3 times as much (bench/README.md)"
 		if ! command -v runsc >/dev/null; then
 			log "installing gVisor (Debian's runsc)"
 			export DEBIAN_FRONTEND=noninteractive
