@@ -33,12 +33,22 @@ func poolTemplate(b *testing.B, d *testdaemon.Daemon, cfg hotcell.PoolConfig) st
 	r := make([]byte, 4)
 	_, _ = rand.Read(r)
 	name := "bench-" + hex.EncodeToString(r)
-	if _, err := d.C.BuildTemplate(ctx, name, hotcell.BuildTemplateOptions{}, &buf, nil); err != nil {
+	tpl, err := d.C.BuildTemplate(ctx, name, hotcell.BuildTemplateOptions{}, &buf, nil)
+	if err != nil {
 		b.Fatalf("build template: %v\n%s", err, d.Logs())
 	}
 	b.Cleanup(func() {
+		// The pool's boxes go first: a forced delete keeps the images
+		// that boxes still run.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
+		_ = d.C.DeleteTemplatePool(ctx, name)
+		for ctx.Err() == nil {
+			if out, err := dockerCLI(ctx, "ps", "-aq", "--filter", "ancestor="+tpl.Image); err != nil || out == "" {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		_ = d.C.DeleteTemplate(ctx, name, true)
 	})
 	if _, err := d.C.SetTemplatePool(ctx, name, cfg); err != nil {

@@ -29,7 +29,29 @@ func poolTemplate(t *testing.T, d *testdaemon.Daemon, marker string) string {
 	if err != nil {
 		t.Fatalf("build template: %v\n%s", err, d.Logs())
 	}
+	// Before the template's images are removed (an earlier cleanup):
+	// the pool's boxes still run them.
+	t.Cleanup(func() { drainPool(d, name) })
 	return name
+}
+
+// drainPool removes the pool of name and waits, up to a minute, until no
+// box of d runs one of the template's images.
+func drainPool(d *testdaemon.Daemon, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = d.C.DeleteTemplatePool(ctx, name)
+	inst, err := os.ReadFile(filepath.Join(d.DataDir, "instance"))
+	if err != nil {
+		return
+	}
+	for ctx.Err() == nil {
+		out, err := exec.CommandContext(ctx, "docker", "ps", "-a", "--filter", "label=hotcell.instance="+strings.TrimSpace(string(inst)), "--format", "{{.Image}}").Output()
+		if err != nil || !strings.Contains(string(out), "hotcell-tpl/"+name+":") {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // waitPool polls the pool of name until cond holds, failing after a minute.
