@@ -168,7 +168,7 @@ writes, $HOTCELL_DATA_DIR/token, default ` + clientconfig.DefaultDataDir + `/tok
 		&cobra.Group{ID: "host", Title: "Host commands:"},
 	)
 	for _, c := range []*cobra.Command{
-		a.createCmd(), a.lsCmd(), a.inspectCmd(), a.rmCmd(), a.startCmd(), a.stopCmd(), a.execCmd(), a.cpCmd(),
+		a.createCmd(), a.lsCmd(), a.inspectCmd(), a.rmCmd(), a.startCmd(), a.stopCmd(), a.execCmd(), a.codeCmd(), a.cpCmd(),
 		a.shellCmd(), a.runCmd(), a.psCmd(), a.logsCmd(), a.killCmd(), a.portForwardCmd(), a.statsCmd(),
 		a.pauseCmd(), a.resumeCmd(), a.timeoutsCmd(), a.eventsCmd(),
 		a.egressCmd(), a.usageCmd(), a.gatewayCmd(),

@@ -87,6 +87,8 @@ func send(ctx context.Context, conn *agentconn.Conn, method, path string, body [
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	// A stream of its own per call: no agent connection is reused.
+	req.Close = true
 	return conn.Do(req)
 }
 

@@ -220,6 +220,9 @@ func ReadEvents(r io.Reader, fn func(wire.CodeEvent) error) error {
 				return perr
 			}
 			if end {
+				// Read the stream's own end too: a body closed before it
+				// cuts the agent's connection instead of reusing it.
+				_, _ = io.Copy(io.Discard, io.LimitReader(br, 64<<10))
 				return nil
 			}
 			if ok {
@@ -309,6 +312,7 @@ func CopyLines(r io.Reader, fn func(line []byte) error) error {
 				return err
 			}
 			if end {
+				_, _ = io.Copy(io.Discard, io.LimitReader(br, 64<<10))
 				return nil
 			}
 		}

@@ -35,6 +35,7 @@ type Options struct {
 const instructions = `hotcell gives you isolated Linux sandboxes (containers) with a persistent /workspace.
 Typical use: sandbox_create (returns the sandbox id) → exec / file_write / file_read / file_list → sandbox_destroy when done.
 Relative paths are relative to /workspace. exec runs a command to completion; for servers and other long-running programs use process_start, then process_logs.
+In a sandbox made from hotcell/code:latest, run_code runs Python, JavaScript or Bash cells whose variables persist between calls, and returns charts as images.
 Long outputs are cut in the middle with a note saying how many bytes were left out; redirect to a file and page through it with file_read to see everything.`
 
 // New returns an MCP server whose tools act through c.
@@ -85,6 +86,7 @@ func ptr[T any](v T) *T { return &v }
 func (t *tools) register(s *mcp.Server) {
 	t.registerSandboxes(s)
 	t.registerExec(s)
+	t.registerCode(s)
 	t.registerFiles(s)
 	t.registerProcesses(s)
 }

@@ -118,7 +118,7 @@ func TestTools(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"exec", "file_list", "file_read", "file_write", "process_list", "process_logs", "process_signal", "process_start", "sandbox_create", "sandbox_destroy", "sandbox_list"}
+	want := []string{"exec", "file_list", "file_read", "file_write", "process_list", "process_logs", "process_signal", "process_start", "run_code", "sandbox_create", "sandbox_destroy", "sandbox_list"}
 	if !slices.Equal(names, want) {
 		t.Errorf("tools %v, want %v", names, want)
 	}

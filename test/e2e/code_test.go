@@ -3,12 +3,18 @@ package e2e
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"image/png"
 	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/testdaemon"
@@ -307,5 +313,102 @@ func TestCodeContextSurvivesDaemonRestart(t *testing.T) {
 	}
 	if got := strings.Join(codeOK(t, d, sb.ID, client.CodeExecuteRequest{Code: "echo $greeting", Language: "bash"}).Logs.Stdout, ""); got != "hello\n" {
 		t.Errorf("after the restart the default bash context printed %q, want hello", got)
+	}
+}
+
+// TestMCPRunCode: the MCP tool run_code over the daemon's /v1/mcp keeps
+// state between calls and returns a matplotlib chart as MCP image content.
+func TestMCPRunCode(t *testing.T) {
+	t.Parallel()
+	img := testenv.CodeImage(t)
+	d := sharedDaemon(t)
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: img})
+	tr := &mcp.StreamableClientTransport{Endpoint: "http://" + d.Addr + "/v1/mcp", HTTPClient: &http.Client{Transport: bearerTransport{daemonToken(t, d)}}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(t.Context(), tr, nil)
+	if err != nil {
+		t.Fatalf("connect to /v1/mcp: %v", err)
+	}
+	defer cs.Close()
+
+	var out struct {
+		Results []struct {
+			IsMainResult bool     `json:"isMainResult"`
+			Formats      []string `json:"formats"`
+			Text         string   `json:"text"`
+		} `json:"results"`
+		Stdout string `json:"stdout"`
+		Error  *struct {
+			Name      string `json:"name"`
+			Traceback string `json:"traceback"`
+		} `json:"error"`
+		Images int `json:"images"`
+	}
+	mcpCall(t, cs, "run_code", map[string]any{"sandboxId": sb.ID, "code": "import matplotlib.pyplot as plt\nvals = [3, 1, 2]\nprint('plotting')"}, &out)
+	if out.Stdout != "plotting\n" || out.Error != nil {
+		t.Fatalf("first cell: %+v", out)
+	}
+	res := mcpCallRaw(t, cs, "run_code", map[string]any{"sandboxId": sb.ID, "code": "plt.bar(range(3), vals)\nsum(vals)"})
+	if res.IsError {
+		t.Fatalf("run_code: %s", mcpText(res))
+	}
+	var images []*mcp.ImageContent
+	for _, c := range res.Content {
+		if ic, ok := c.(*mcp.ImageContent); ok {
+			images = append(images, ic)
+		}
+	}
+	if len(images) != 1 || images[0].MIMEType != "image/png" {
+		t.Fatalf("content %v, want one PNG image", res.Content)
+	}
+	cfg, err := png.DecodeConfig(bytes.NewReader(images[0].Data))
+	if err != nil || cfg.Width < 100 || cfg.Height < 100 {
+		t.Errorf("image content: %v, %dx%d", err, cfg.Width, cfg.Height)
+	}
+	if !strings.Contains(mcpText(res), "result (text):\n6") {
+		t.Errorf("summary %q lacks the value 6 computed from the first cell's vals", mcpText(res))
+	}
+	mcpCall(t, cs, "run_code", map[string]any{"sandboxId": sb.ID, "code": "undefined_name"}, &out)
+	if out.Error == nil || out.Error.Name != "NameError" || strings.Contains(out.Error.Traceback, "\x1b[") {
+		t.Errorf("error %+v, want NameError with a plain traceback", out.Error)
+	}
+}
+
+// TestCodeCLI: hotcell code runs cells with -c, -f and stdin, prints the
+// value, the traceback (exit 1) and saves figures with --save-images.
+func TestCodeCLI(t *testing.T) {
+	t.Parallel()
+	img := testenv.CodeImage(t)
+	d := sharedDaemon(t)
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: img})
+	c := newCLI(t, d)
+	c.want(0, "code", sb.ID, "-c", "v = 20")
+	if r := c.want(0, "code", sb.ID, "-c", "print('hi')\nv * 2 + 2"); r.stdout != "hi\n42\n" {
+		t.Errorf("stdout %q, want hi and 42", r.stdout)
+	}
+	r := c.run("code", sb.ID, "-c", "1/0")
+	if r.code != 1 || !strings.Contains(r.stderr, "ZeroDivisionError") {
+		t.Errorf("1/0: exit %d, stderr %q; want 1 and the traceback", r.code, r.stderr)
+	}
+	if r := c.runIn("echo from-stdin $((40 + 2))\n", "code", sb.ID, "--language", "bash"); r.code != 0 || r.stdout != "from-stdin 42\n" {
+		t.Errorf("bash cell from stdin: %+v", r)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "plot.py")
+	if err := os.WriteFile(file, []byte("import matplotlib.pyplot as plt\nplt.plot([v, 1, v])\nplt.show()\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "images")
+	r = c.want(0, "code", sb.ID, "-f", file, "--save-images", out)
+	data, err := os.ReadFile(filepath.Join(out, "result-1.png"))
+	if err != nil {
+		t.Fatalf("no image saved (stdout %q): %v", r.stdout, err)
+	}
+	if _, err := png.DecodeConfig(bytes.NewReader(data)); err != nil || !strings.Contains(r.stdout, "saved to") {
+		t.Errorf("saved image: %v; stdout %q", err, r.stdout)
+	}
+	var x client.CodeExecution
+	r = c.want(0, "code", sb.ID, "--json", "-c", "{'a': v}")
+	if err := json.Unmarshal([]byte(r.stdout), &x); err != nil || x.Text() != "{'a': 20}" {
+		t.Errorf("--json: %v, %+v", err, x)
 	}
 }

@@ -116,7 +116,9 @@ func requireE2BSDK(t *testing.T) string {
 	}
 	e2bSDK.once.Do(func() {
 		e2bSDK.node = node
-		if _, err := os.Stat(filepath.Join("e2b", "node_modules", "e2b", "package.json")); err == nil {
+		_, errSDK := os.Stat(filepath.Join("e2b", "node_modules", "e2b", "package.json"))
+		_, errCode := os.Stat(filepath.Join("e2b", "node_modules", "@e2b", "code-interpreter", "package.json"))
+		if errSDK == nil && errCode == nil {
 			return
 		}
 		npm, err := exec.LookPath("npm")

@@ -25,7 +25,7 @@ import (
 
 var mcpTools = []string{
 	"exec", "file_list", "file_read", "file_write", "process_list", "process_logs",
-	"process_signal", "process_start", "sandbox_create", "sandbox_destroy", "sandbox_list",
+	"process_signal", "process_start", "run_code", "sandbox_create", "sandbox_destroy", "sandbox_list",
 }
 
 func daemonToken(t *testing.T, d *testdaemon.Daemon) string {

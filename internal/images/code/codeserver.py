@@ -24,6 +24,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -83,14 +84,74 @@ def timeout_error(ms):
             "value": "execution interrupted after %d ms; the context keeps its state" % ms}
 
 
+class Worker:
+    """A thread that runs the calls given to it, one at a time.
+
+    jupyter_client 7's blocking client runs asyncio ZeroMQ sockets under a
+    per-thread event loop; used from several threads (one per HTTP request)
+    a socket can lose a message. So a kernel's manager and client live on
+    one thread of their own, and every call to them goes through it."""
+
+    def __init__(self):
+        self.q = queue.Queue()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self):
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            fn, box, done = item
+            try:
+                box["r"] = fn()
+            except BaseException as e:
+                box["e"] = e
+            done.set()
+
+    def call(self, fn):
+        box, done = {}, threading.Event()
+        self.q.put((fn, box, done))
+        done.wait()
+        if "e" in box:
+            raise box["e"]
+        return box.get("r")
+
+    def stop(self):
+        self.q.put(None)
+
+
 class PythonKernel:
-    """An ipykernel driven through jupyter_client's blocking client."""
+    """An ipykernel on a Worker of its own (see Worker)."""
+
+    def __init__(self, cwd, envs):
+        self._w = Worker()
+        try:
+            self._k = self._w.call(lambda: JupyterKernel(cwd, envs))
+        except BaseException:
+            self._w.stop()
+            raise
+
+    def __getattr__(self, name):
+        f = getattr(self._k, name)
+        return lambda *a, **kw: self._w.call(lambda: f(*a, **kw))
+
+    def close(self):
+        try:
+            self._w.call(self._k.close)
+        finally:
+            self._w.stop()
+
+
+class JupyterKernel:
+    """An ipykernel driven through jupyter_client's blocking client; use it
+    from one thread only (PythonKernel does)."""
 
     def __init__(self, cwd, envs):
         from jupyter_client import KernelManager
         env = dict(os.environ)
         env.update(envs or {})
         env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+        env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiets the kernel's debugger
         self.km = KernelManager(kernel_name="python3")
         self.km.start_kernel(cwd=cwd, env=env)
         self.kc = self.km.client()
@@ -608,6 +669,11 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
+    def setup(self):
+        super().setup()
+        # Each event goes out as it happens: no Nagle delay on small writes.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def body(self):
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n) if n else b""
@@ -706,6 +772,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.send_header("Transfer-Encoding", "chunked")
+        # An execution's connection is not reused: a proxy's pooled
+        # connection cannot then race the end of a long stream.
+        self.send_header("Connection", "close")
+        self.close_connection = True
         self.end_headers()
         wlock = threading.Lock()
         state = {"gone": False}
