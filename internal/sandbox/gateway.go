@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/url"
 	"path"
 	"slices"
 	"time"
 
-	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/gateway"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -34,26 +32,25 @@ type GatewayHook interface {
 }
 
 // grantGateway mints the tokens of a new sandbox (its record must exist)
-// and adds their env vars to the box's spec; the record's env does not
-// get them, so the API never shows a token.
-func (m *Manager) grantGateway(ctx context.Context, spec *driver.Spec, providers []string) error {
+// and hands their env vars to its agent, which lays them over the box's
+// env for every process (sendEnv, from the env file on the host, before
+// the agent serves anything). They are not in the box's spec: the engine
+// keeps a container's env in its config, and a snapshot or a saved
+// template commits that config into an image, so a fork would start with
+// the parent's live tokens. The record's env does not get them either, so
+// the API never shows a token.
+func (m *Manager) grantGateway(ctx context.Context, id string, providers []string) error {
 	if len(providers) == 0 {
 		return nil
 	}
 	if m.opts.Gateway == nil {
 		return errdefs.Invalid("gateway", "the LLM gateway is not enabled on this daemon")
 	}
-	vars, err := m.opts.Gateway.Grant(ctx, spec.ID, providers)
+	vars, err := m.opts.Gateway.Grant(ctx, id, providers)
 	if err != nil {
 		return fmt.Errorf("grant gateway access: %w", err)
 	}
-	env := maps.Clone(spec.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	maps.Copy(env, vars)
-	spec.Env = env
-	return nil
+	return m.writeEnv(id, vars)
 }
 
 func (m *Manager) forgetGateway(ctx context.Context, id string) error {

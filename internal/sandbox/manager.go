@@ -306,7 +306,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		Runtime:       runtime,
 	}
 	m.prepareEgress(&spec, sb)
-	if err := m.grantGateway(ctx, &spec, req.Gateway); err != nil {
+	if err := m.grantGateway(ctx, sb.ID, req.Gateway); err != nil {
 		return fail(err)
 	}
 	clock.step("gateway")

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/client"
+	dockerdrv "github.com/hotcell/hotcell/internal/driver/docker"
 	"github.com/hotcell/hotcell/internal/gateway/gatewaytest"
 	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
@@ -239,5 +242,77 @@ func TestHostileGateway(t *testing.T) {
 	}
 	if st, body := postFrom(t, d, b.ID, bEnv["OPENAI_BASE_URL"]+"/chat/completions", `{}`, "Authorization", "Bearer "+bEnv["OPENAI_API_KEY"]); st != 200 {
 		t.Errorf("neighbour's own gateway call: got %d %s", st, body)
+	}
+}
+
+// TestHostileGatewaySnapshotTokens: a sandbox's gateway tokens are not in
+// its container's config, so a snapshot (which commits that config into
+// an image) and the forks made from it do not carry the parent's live
+// tokens: a fork without the gateway has none, and one with it gets its
+// own, which dies with the fork while the parent's keeps working.
+func TestHostileGatewaySnapshotTokens(t *testing.T) {
+	t.Parallel()
+	d, _ := gatewayDaemon(t)
+	ctx := t.Context()
+	gw := gatewayURL(d)
+	parent := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t), Gateway: []string{"openai"}})
+	token := strings.TrimSpace(execOut(t, d, parent.ID, client.ExecRequest{Argv: []string{"printenv", "OPENAI_API_KEY"}}))
+	if !strings.HasPrefix(token, "hcgw_") {
+		t.Fatalf("the parent's OPENAI_API_KEY: got %q, want a gateway token", token)
+	}
+	inspectEnv := func(what, ref string) {
+		t.Helper()
+		out, err := exec.Command("docker", "inspect", "--format", "{{json .Config.Env}}", ref).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker inspect %s: %v: %s", ref, err, out)
+		}
+		if strings.Contains(string(out), token) || strings.Contains(string(out), "hcgw_") {
+			t.Errorf("%s's config holds a gateway token: %s", what, out)
+		}
+	}
+	inspectEnv("the parent's container", dockerdrv.ContainerName(parent.ID))
+
+	sn, err := d.C.CreateSnapshot(ctx, parent.ID)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	t.Cleanup(func() { _ = d.C.DeleteSnapshot(context.Background(), parent.ID, sn.ID) })
+	inspectEnv("the snapshot image", sn.Image)
+
+	plain, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Snapshot: sn.ID})
+	if err != nil {
+		t.Fatalf("fork without the gateway: %v", err)
+	}
+	t.Cleanup(func() { _ = d.C.DeleteSandbox(context.Background(), plain.ID) })
+	if out := execOut(t, d, plain.ID, client.ExecRequest{Command: "env | grep hcgw_ || true"}); strings.TrimSpace(out) != "" {
+		t.Errorf("a fork without the gateway holds tokens: %q", out)
+	}
+
+	withGW, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Snapshot: sn.ID, Gateway: []string{"openai"}})
+	if err != nil {
+		t.Fatalf("fork with the gateway: %v", err)
+	}
+	own := strings.TrimSpace(execOut(t, d, withGW.ID, client.ExecRequest{Argv: []string{"printenv", "OPENAI_API_KEY"}}))
+	if !strings.HasPrefix(own, "hcgw_") || own == token {
+		t.Errorf("the fork's OPENAI_API_KEY: got %q, want a token of its own (the parent's is %q)", own, token)
+	}
+	if err := d.C.DeleteSandbox(ctx, withGW.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st := hostPost(t, gw+"/openai/chat/completions", own); st != 401 {
+		t.Errorf("the destroyed fork's token: got %d, want 401", st)
+	}
+	if st := hostPost(t, gw+"/openai/chat/completions", token); st != 200 {
+		t.Errorf("the parent's token after its fork went: got %d, want 200", st)
+	}
+	// The token still reaches every process after the box restarts.
+	if _, err := d.C.StopSandbox(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.C.StartSandbox(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(execOut(t, d, parent.ID, client.ExecRequest{Argv: []string{"printenv", "OPENAI_API_KEY"}})); got != token {
+		t.Errorf("OPENAI_API_KEY after stop and start: got %q, want %q", got, token)
 	}
 }
