@@ -50,7 +50,7 @@ func newTestAgent(t *testing.T, mod ...func(*Options)) *testAgent {
 	})
 	tr := &http.Transport{
 		DialContext:       func(context.Context, string, string) (net.Conn, error) { return sess.Open() },
-		DisableKeepAlives: true, // one stream per request, as the daemon does
+		DisableKeepAlives: true, // one stream per request (the daemon keeps its streams alive; TestPortHTTPProxyKeepAliveApp does too)
 	}
 	return &testAgent{t: t, ws: ws, client: &http.Client{Transport: tr}}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -310,5 +312,60 @@ func TestPortHTTPProxyWebSocket(t *testing.T) {
 	_, data, err := ws.Read(t.Context())
 	if err != nil || string(data) != "echo:hello" {
 		t.Fatalf("got %q, %v", data, err)
+	}
+}
+
+// TestPortHTTPProxyKeepAliveApp: POSTs through the proxy, on a kept-alive
+// agent stream as the daemon sends them, to an app that writes its answer's
+// head and body in two writes with Nagle on and keeps its connections
+// alive, as Python's http.server does (a code interpreter, a Flask dev
+// server). Every answer arrives whole. With the proxy keeping its
+// connection to the app alive, each took ~40 ms (a delayed ACK) and about
+// one in 150 was cut off mid-answer.
+func TestPortHTTPProxyKeepAliveApp(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t)
+	a.client.Transport.(*http.Transport).DisableKeepAlives = false
+	ln, port := listenLoopback(t, "tcp", "127.0.0.1:0")
+	const answer = "{\"a\":1}\n{\"b\":2}\n"
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*net.TCPConn).SetNoDelay(false)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n", len(answer))
+					_, _ = io.WriteString(c, answer)
+				}
+			}()
+		}
+	}()
+	url := "http://agent/v1/ports/" + strconv.Itoa(port) + "/http/execute"
+	cut := 0
+	for i := range 1000 {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", url, strings.NewReader(`{"code":"x = 1"}`))
+		resp, err := a.client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != answer {
+			cut++
+			t.Logf("request %d: got %q, %v", i, body, err)
+		}
+	}
+	if cut > 0 {
+		t.Errorf("%d of 1000 answers were cut off", cut)
 	}
 }
