@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,11 +21,13 @@ import (
 )
 
 // progressManager reports two progress lines, waits, then returns its
-// result.
+// result. With keepalive set, it waits until that is closed (the stream
+// sent a keepalive) or for at most wait, whichever comes first.
 type progressManager struct {
-	Manager // unused methods panic
-	wait    time.Duration
-	err     error
+	Manager   // unused methods panic
+	wait      time.Duration
+	keepalive <-chan struct{}
+	err       error
 }
 
 func (m *progressManager) Create(ctx context.Context, req wire.CreateSandboxRequest, co sandbox.CreateOptions) (wire.Sandbox, error) {
@@ -34,7 +37,10 @@ func (m *progressManager) Create(ctx context.Context, req wire.CreateSandboxRequ
 	}
 	progress("pulling " + req.Image)
 	progress("setup: true")
-	time.Sleep(m.wait)
+	select {
+	case <-m.keepalive: // nil: never
+	case <-time.After(m.wait):
+	}
 	if m.err != nil {
 		return wire.Sandbox{}, m.err
 	}
@@ -43,13 +49,34 @@ func (m *progressManager) Create(ctx context.Context, req wire.CreateSandboxRequ
 
 func postCreate(t *testing.T, m Manager, query, body string) *httptest.ResponseRecorder {
 	t.Helper()
+	rec := httptest.NewRecorder()
+	serveCreate(m, query, body, rec)
+	return rec
+}
+
+func serveCreate(m Manager, query, body string, w http.ResponseWriter) {
 	h := New(Options{Manager: m, Token: "t", Log: slog.New(slog.DiscardHandler)}).Handler()
 	req := httptest.NewRequest("POST", "/v1/sandboxes"+query, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer t")
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
+	h.ServeHTTP(w, req)
 }
+
+// keepaliveRecorder records an answer and closes seen at its first
+// keepalive line.
+type keepaliveRecorder struct {
+	*httptest.ResponseRecorder
+	seen chan struct{}
+	once sync.Once
+}
+
+func (r *keepaliveRecorder) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), `"type":"`+wire.CreateEventKeepalive+`"`) {
+		r.once.Do(func() { close(r.seen) })
+	}
+	return r.ResponseRecorder.Write(p)
+}
+
+func (r *keepaliveRecorder) Unwrap() http.ResponseWriter { return r.ResponseRecorder }
 
 // createLine is a line of the create stream: a CreateEvent, or the
 // stream.error line with its detail.
@@ -113,7 +140,11 @@ func TestCreateProgressStream(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec := postCreate(t, &progressManager{wait: 50 * time.Millisecond, err: tt.err}, "?progress=true", `{"image":"img"}`)
+			// The create lasts until the stream has sent a keepalive (a
+			// fixed wait missed it on a loaded host), or 10 s.
+			kr := &keepaliveRecorder{ResponseRecorder: httptest.NewRecorder(), seen: make(chan struct{})}
+			serveCreate(&progressManager{wait: 10 * time.Second, keepalive: kr.seen, err: tt.err}, "?progress=true", `{"image":"img"}`, kr)
+			rec := kr.ResponseRecorder
 			if rec.Code != http.StatusOK {
 				t.Fatalf("status %d, want 200: %s", rec.Code, rec.Body)
 			}
@@ -130,7 +161,7 @@ func TestCreateProgressStream(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 			if !keepalive {
-				t.Error("no keepalive during a 50 ms create with a 5 ms interval")
+				t.Error("no keepalive during a 10 s create with a 5 ms interval")
 			}
 		})
 	}
