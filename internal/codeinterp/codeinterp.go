@@ -11,6 +11,7 @@ package codeinterp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -70,6 +71,28 @@ func (s *Servers) Call(ctx context.Context, id string, conn *agentconn.Conn, met
 		return nil, fmt.Errorf("code server of sandbox %s stopped answering: %w", id, errdefs.ErrUnavailable)
 	}
 	return resp, err
+}
+
+// Send is Call for the daemon's handlers: in (nil for no body) is sent as
+// JSON, and a non-2xx answer of the code server becomes its error
+// (ServerError). The caller closes the body of the 2xx answer.
+func (s *Servers) Send(ctx context.Context, id string, conn *agentconn.Conn, method, path string, in any) (*http.Response, error) {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := s.Call(ctx, id, conn, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, ServerError(id, resp.StatusCode, resp.Body)
+	}
+	return resp, nil
 }
 
 // Forget drops what is known of sandbox id (it was destroyed).

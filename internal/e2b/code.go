@@ -80,26 +80,11 @@ func (s *Server) code(pattern string, h func(w http.ResponseWriter, r *http.Requ
 // codeCall passes one call to sandbox id's code server; a non-2xx answer
 // becomes an error. The caller closes the body.
 func (s *Server) codeCall(r *http.Request, id, method, path string, in any) (*http.Response, error) {
-	var body []byte
-	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return nil, err
-		}
-	}
 	conn, err := s.opts.Sandboxes.Agent(r.Context(), id)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.codeServers.Call(r.Context(), id, conn, method, path, body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		return nil, codeinterp.ServerError(id, resp.StatusCode, resp.Body)
-	}
-	return resp, nil
+	return s.codeServers.Send(r.Context(), id, conn, method, path, in)
 }
 
 func readCodeJSON(r *http.Request, v any) error {
