@@ -316,4 +316,3 @@ func apiToken(t *testing.T, d *testdaemon.Daemon) string {
 	}
 	return tok
 }
-
