@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("hotcell-agent", flag.ContinueOnError)
 	socket := fs.String("socket", envOr("HOTCELL_AGENT_SOCKET", agent.DefaultSocket), "unix socket of the daemon to dial")
+	dialFile := fs.String("dial-file", envOr("HOTCELL_AGENT_DIAL_FILE", agent.DefaultDialFile), "file that, when present, says to dial the daemon over TCP with TLS (then the socket is the fallback)")
 	workspace := fs.String("workspace", fspath.Workspace, "directory relative paths resolve against")
 	debugLog := fs.Bool("debug", os.Getenv("HOTCELL_AGENT_DEBUG") != "", "log debug messages")
 	if err := fs.Parse(args); err != nil {
@@ -61,8 +63,12 @@ func run(ctx context.Context, args []string) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	dial, err := dialer(*dialFile, *socket, logger)
+	if err != nil {
+		return err
+	}
 	served := make(chan error, 1)
-	go func() { served <- agent.Run(ctx, *socket, h, logger) }()
+	go func() { served <- agent.RunDialer(ctx, dial, h, logger) }()
 
 	sig := agent.WaitForTermination(ctx, reaper, pid1)
 	logger.Info("stopping", "signal", fmt.Sprint(sig))
@@ -71,6 +77,27 @@ func run(ctx context.Context, args []string) error {
 	reaper.Shutdown(context.Background(), stopGrace)
 	cancel()
 	return <-served
+}
+
+// dialer is how the agent reaches the daemon: over TCP with TLS when the
+// driver left a dial file (falling back to the socket, which a daemon on
+// the same host also listens on), else the run dir's socket.
+func dialer(dialFile, socket string, logger *slog.Logger) (agent.Dialer, error) {
+	unix := agent.UnixDialer(socket)
+	d, err := agent.LoadDial(dialFile)
+	if errors.Is(err, os.ErrNotExist) {
+		logger.Debug("dialing the daemon's socket", "socket", socket)
+		return unix, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	tcp, err := agent.TLSDialer(d)
+	if err != nil {
+		return nil, fmt.Errorf("agent dial file %s: %w", dialFile, err)
+	}
+	logger.Debug("dialing the daemon over TCP", "addr", d.Addr)
+	return agent.FallbackDialer(tcp, unix), nil
 }
 
 func envOr(key, def string) string {

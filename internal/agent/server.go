@@ -73,11 +73,19 @@ func Run(ctx context.Context, socket string, h http.Handler, logger *slog.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	log := logger.With("component", "agent", "socket", socket)
+	return RunDialer(ctx, UnixDialer(socket), h, logger.With("socket", socket))
+}
+
+// RunDialer is Run with any way of reaching the daemon (TLSDialer for the
+// channel over TCP).
+func RunDialer(ctx context.Context, dial Dialer, h http.Handler, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	log := logger.With("component", "agent")
 	backoff := minBackoff
-	var d net.Dialer
 	for {
-		conn, err := d.DialContext(ctx, "unix", socket)
+		conn, err := dial(ctx)
 		if err == nil {
 			log.Debug("connected to daemon")
 			started := time.Now()

@@ -58,6 +58,11 @@ type Spec struct {
 	// wire.RuntimeGVisor); empty for the backend's default. A backend that
 	// cannot run it refuses the create with errdefs.ErrInvalidArgument.
 	Runtime string
+	// AgentDial, when set, is delivered to the box at
+	// RunDir/AgentDialFile (read-only, root only, outside the root
+	// filesystem): its agent then dials the daemon over TCP with TLS.
+	// Nil: the agent dials the unix socket in HostRunDir.
+	AgentDial *AgentDial
 }
 
 // BoxState is a backend's view of a box.

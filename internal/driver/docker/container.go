@@ -77,6 +77,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := writeAgentDial(spec); err != nil {
+		return err
+	}
 	if hostCfg.Runtime, err = d.engineRuntime(spec.Runtime); err != nil {
 		return err
 	}
@@ -150,6 +153,33 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 		return err
 	}
 	driver.TraceStep(ctx, "container_create")
+	return nil
+}
+
+// writeAgentDial puts spec's TCP channel dial file in its run dir, which
+// the box sees read-only at driver.RunDir: a bind mount, so no commit of
+// the container (a snapshot, a saved template) takes it. Mode 0400: only
+// the box's root (the agent) reads it, not a user process inside.
+func writeAgentDial(spec driver.Spec) error {
+	if spec.AgentDial == nil {
+		return nil
+	}
+	if spec.HostRunDir == "" {
+		return errdefs.Invalid("hostRunDir", "the agent dial file needs a run dir")
+	}
+	data, err := spec.AgentDial.Marshal()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(spec.HostRunDir, driver.AgentDialFile)
+	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.WriteFile(tmp, data, 0o400); err != nil {
+		return fmt.Errorf("write agent dial file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write agent dial file: %w", err)
+	}
 	return nil
 }
 

@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/agentauth"
+	"github.com/hotcell/hotcell/internal/driver"
+)
+
+// DefaultDialFile is where a driver puts the TCP channel's dial file.
+const DefaultDialFile = driver.RunDir + "/" + driver.AgentDialFile
+
+// dialTimeout bounds one TCP dial with its TLS handshake and hello.
+const dialTimeout = 10 * time.Second
+
+// Dialer opens one connection to the daemon.
+type Dialer func(ctx context.Context) (net.Conn, error)
+
+// UnixDialer dials the daemon's socket in the run dir.
+func UnixDialer(socket string) Dialer {
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) {
+		return d.DialContext(ctx, "unix", socket)
+	}
+}
+
+// LoadDial reads a dial file; a missing one is os.ErrNotExist.
+func LoadDial(path string) (driver.AgentDial, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return driver.AgentDial{}, err
+	}
+	var d driver.AgentDial
+	if err := json.Unmarshal(data, &d); err != nil {
+		return driver.AgentDial{}, fmt.Errorf("decode %s: %w", path, err)
+	}
+	if d.Addr == "" || d.CertPEM == "" {
+		return driver.AgentDial{}, fmt.Errorf("%s: addr and cert are required", path)
+	}
+	return d, nil
+}
+
+// TLSDialer dials the daemon's agent listener over TCP, verifies the
+// daemon by the pinned certificate alone, and says which sandbox it serves
+// with its credential. The credential is written only after the daemon
+// proved it holds the pinned key.
+func TLSDialer(d driver.AgentDial) (Dialer, error) {
+	conf, err := agentauth.ClientConfig([]byte(d.CertPEM))
+	if err != nil {
+		return nil, err
+	}
+	hello, err := agentauth.Hello{Sandbox: d.Sandbox, Token: d.Token}.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		defer cancel()
+		td := tls.Dialer{NetDialer: &net.Dialer{KeepAlive: 15 * time.Second}, Config: conf}
+		c, err := td.DialContext(ctx, "tcp", d.Addr)
+		if err != nil {
+			return nil, err
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			_ = c.SetWriteDeadline(dl)
+		}
+		if _, err := c.Write(hello); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("send agent hello: %w", err)
+		}
+		_ = c.SetWriteDeadline(time.Time{})
+		// TCP_NODELAY is Go's default: small yamux frames go out at once.
+		return c, nil
+	}, nil
+}
+
+// FallbackDialer tries first and, when it fails to connect, second: an
+// agent told to dial over TCP still reaches a daemon that also listens on
+// the run dir's socket when its box has no route to the TCP listener (a
+// box whose egress was set to none is cut off every network).
+func FallbackDialer(first, second Dialer) Dialer {
+	return func(ctx context.Context) (net.Conn, error) {
+		c, err := first(ctx)
+		if err == nil || ctx.Err() != nil {
+			return c, err
+		}
+		c, err2 := second(ctx)
+		if err2 == nil {
+			return c, nil
+		}
+		return nil, errors.Join(err, err2)
+	}
+}
