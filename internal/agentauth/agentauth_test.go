@@ -177,4 +177,3 @@ func handshake(t *testing.T, m *Material, pin []byte) error {
 	c.Close()
 	return nil
 }
-
