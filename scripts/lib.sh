@@ -240,6 +240,62 @@ ensure_console_test_deps() {
 	(cd "$HOTCELL_ROOT/test/e2e/console" && npm ci --no-audit --no-fund --loglevel=error)
 }
 
+# PostgreSQL: internal/store runs each of its tests against PostgreSQL as
+# well as SQLite, and an e2e test serves a daemon from it. ensure_postgres
+# installs Debian's PostgreSQL $HOTCELL_PG_VERSION, starts its cluster
+# "main" with pg_ctlcluster (no systemd needed), listening on 127.0.0.1
+# only, and makes the role hotcell_test (password hotcell_test; it can
+# only log in from loopback and create databases: each test makes a fresh
+# one and drops it). It exports HOTCELL_TEST_POSTGRES, the URL the tests
+# reach it at (internal/testenv's RequirePostgres). Idempotent: a second
+# call finds the server up and the role there.
+HOTCELL_PG_VERSION=15
+ensure_postgres() {
+	local v=$HOTCELL_PG_VERSION policy=/usr/sbin/policy-rc.d ours= port
+	if [ ! -x "/usr/lib/postgresql/$v/bin/postgres" ] || ! command -v pg_ctlcluster >/dev/null; then
+		log "installing PostgreSQL $v"
+		export DEBIAN_FRONTEND=noninteractive
+		# The package's scripts would start the server through invoke-rc.d
+		# (as a service, which needs an init system); refuse that with a
+		# policy-rc.d for the install, unless one is there already, and
+		# start the cluster below the same way on every host.
+		if [ ! -e "$policy" ]; then
+			printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 0755 "$policy" && ours=1
+		fi
+		apt-get update -qq && apt-get install -y -qq "postgresql-$v" >/dev/null ||
+			{ [ -z "$ours" ] || rm -f "$policy"; die "apt-get install postgresql-$v failed"; }
+		[ -z "$ours" ] || rm -f "$policy"
+	fi
+	if ! pg_lsclusters -h | awk -v v="$v" '$1 == v && $2 == "main" { f = 1 } END { exit !f }'; then
+		log "creating the PostgreSQL $v cluster main"
+		pg_createcluster "$v" main >/dev/null || die "pg_createcluster $v main failed"
+	fi
+	# Loopback only: nothing off the host reaches the test role.
+	local conf=/etc/postgresql/$v/main/conf.d/hotcell.conf
+	if [ ! -f "$conf" ]; then
+		mkdir -p "$(dirname "$conf")"
+		printf "# written by hotcell's scripts/lib.sh (ensure_postgres)\nlisten_addresses = '127.0.0.1'\n" >"$conf"
+		pg_ctlcluster "$v" main stop >/dev/null 2>&1 || true # a running server rereads it on start
+	fi
+	port=$(pg_lsclusters -h | awk -v v="$v" '$1 == v && $2 == "main" { print $3 }')
+	if ! pg_isready -q -h 127.0.0.1 -p "$port"; then
+		log "starting PostgreSQL $v (cluster main, 127.0.0.1:$port)"
+		# /run is a tmpfs: the socket directory goes with each boot.
+		install -d -o postgres -g postgres -m 2775 /var/run/postgresql
+		pg_ctlcluster "$v" main start || die "PostgreSQL $v did not start; see /var/log/postgresql/postgresql-$v-main.log"
+		for _ in $(seq 1 60); do
+			pg_isready -q -h 127.0.0.1 -p "$port" && break
+			sleep 0.5
+		done
+		pg_isready -q -h 127.0.0.1 -p "$port" || die "PostgreSQL $v does not answer on 127.0.0.1:$port; see /var/log/postgresql/postgresql-$v-main.log"
+	fi
+	runuser -u postgres -- psql -q -p "$port" -v ON_ERROR_STOP=1 -c "DO \$\$ BEGIN
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'hotcell_test') THEN
+			CREATE ROLE hotcell_test LOGIN CREATEDB PASSWORD 'hotcell_test';
+		END IF; END \$\$" >/dev/null || die "creating the PostgreSQL role hotcell_test failed"
+	export HOTCELL_TEST_POSTGRES="postgres://hotcell_test:hotcell_test@127.0.0.1:$port/postgres?sslmode=disable"
+}
+
 # build_binaries builds bin/hotcell and the static bin/hotcell-agent.
 build_binaries() {
 	log "building hotcell and hotcell-agent"

@@ -24,20 +24,17 @@ type APIKey struct {
 // PutAPIKey records a new key. A key of the same name is an error wrapping
 // errdefs.ErrAlreadyExists, and the existing key is left as it was.
 func (s *Store) PutAPIKey(ctx context.Context, k APIKey) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE name = ?`, k.Name).Scan(&n); err != nil {
-			return err
-		}
-		if n > 0 {
-			return fmt.Errorf("api key %q: %w", k.Name, errdefs.ErrAlreadyExists)
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (name, key_hash, hint, created_at) VALUES (?, ?, ?, ?)`,
-			k.Name, k.Hash, k.Hint, unixNano(k.CreatedAt))
-		return err
-	})
+	// One statement, so that of two daemons creating the same name at
+	// once exactly one wins.
+	res, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (name, key_hash, hint, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (name) DO NOTHING`, k.Name, k.Hash, k.Hint, unixNano(k.CreatedAt))
 	if err != nil {
 		return fmt.Errorf("record api key %q: %w", k.Name, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("record api key %q: %w", k.Name, err)
+	} else if n == 0 {
+		return fmt.Errorf("record api key %q: api key %q: %w", k.Name, k.Name, errdefs.ErrAlreadyExists)
 	}
 	return nil
 }

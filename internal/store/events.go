@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -24,18 +23,20 @@ func (s *Store) AddEvent(ctx context.Context, ev wire.SandboxEvent) (wire.Sandbo
 		}
 		fields = string(b)
 	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx,
-			`INSERT INTO sandbox_events (sandbox_id, type, at, message, fields) VALUES (?, ?, ?, ?, ?)`,
-			ev.SandboxID, ev.Type, unixNano(ev.Time), ev.Message, fields)
-		if err != nil {
-			return err
+	err := s.inTx(ctx, func(tx *txn) error {
+		if tx.pg {
+			// seq in commit order (postgres.go): appenders queue here.
+			if _, err := tx.ExecContext(ctx, `LOCK TABLE sandbox_events IN EXCLUSIVE MODE`); err != nil {
+				return err
+			}
 		}
-		if ev.Seq, err = res.LastInsertId(); err != nil {
+		if err := tx.QueryRowContext(ctx,
+			`INSERT INTO sandbox_events (sandbox_id, type, at, message, fields) VALUES (?, ?, ?, ?, ?) RETURNING seq`,
+			ev.SandboxID, ev.Type, unixNano(ev.Time), ev.Message, fields).Scan(&ev.Seq); err != nil {
 			return err
 		}
 		// The subquery is NULL while the log is short, and nothing goes.
-		_, err = tx.ExecContext(ctx, `DELETE FROM sandbox_events WHERE sandbox_id = ? AND seq <= (
+		_, err := tx.ExecContext(ctx, `DELETE FROM sandbox_events WHERE sandbox_id = ? AND seq <= (
 			SELECT seq FROM sandbox_events WHERE sandbox_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)`,
 			ev.SandboxID, ev.SandboxID, MaxEventsPerSandbox)
 		return err
@@ -99,7 +100,7 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]wire.SandboxEvent,
 // HasEvents reports whether sandbox id has any event logged.
 func (s *Store) HasEvents(ctx context.Context, id string) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM sandbox_events WHERE sandbox_id = ? LIMIT 1)`, id).Scan(&n)
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM sandbox_events WHERE sandbox_id = ? LIMIT 1) AS one`, id).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("look up events of %q: %w", id, err)
 	}
@@ -125,8 +126,8 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time) (int64, error
 // record is ignored (it is being destroyed).
 func (s *Store) SetActivity(ctx context.Context, id string, at time.Time) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandbox_activity (sandbox_id, at)
-		SELECT ?, ? WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)
-		ON CONFLICT (sandbox_id) DO UPDATE SET at = MAX(at, excluded.at)`, id, unixNano(at), id)
+		SELECT CAST(? AS TEXT), CAST(? AS BIGINT) WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)
+		ON CONFLICT (sandbox_id) DO UPDATE SET at = `+s.db.greatest()+`(sandbox_activity.at, excluded.at)`, id, unixNano(at), id)
 	if err != nil {
 		return fmt.Errorf("record activity of %q: %w", id, err)
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -91,7 +90,7 @@ func (s *Store) PutGatewayUsage(ctx context.Context, us []GatewayUsage) error {
 	if len(us) == 0 {
 		return nil
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *txn) error {
 		for _, u := range us {
 			doc, err := json.Marshal(u.GatewayCounters)
 			if err != nil {

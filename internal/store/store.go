@@ -1,5 +1,7 @@
 // Package store owns the daemon's persistent record of sandboxes: an embedded
-// SQLite database (WAL mode) with ordered schema migrations. The store keeps
+// SQLite database (WAL mode) by default, or a PostgreSQL database that
+// several daemons can share, with one list of ordered schema migrations
+// for both. The store keeps
 // each sandbox as its wire.Sandbox JSON document, plus the few columns
 // (state, labels, creation time) that listing filters and sorts on.
 package store
@@ -32,10 +34,11 @@ var ErrSchemaTooNew = errors.New("database schema too new")
 // failing with SQLITE_BUSY.
 const busyTimeout = 5 * time.Second
 
-// Store is the SQLite-backed sandbox store. It is safe for concurrent use.
+// Store is the sandbox store, on SQLite or PostgreSQL. It is safe for
+// concurrent use, and on PostgreSQL by several processes at once.
 type Store struct {
-	db   *sql.DB
-	path string
+	db   *db
+	path string // the SQLite file, or the PostgreSQL URL without its password
 }
 
 // Filter selects sandboxes in List. Zero fields match everything; Labels
@@ -48,9 +51,18 @@ type Filter struct {
 	HidePooled bool
 }
 
-// Open opens (creating if needed) the database at path, applies pending
-// migrations, and refuses a database whose schema is newer than this binary.
-func Open(ctx context.Context, path string) (*Store, error) {
+// Open opens the store at target: a PostgreSQL URL (postgres:// or
+// postgresql://, see IsPostgresURL) or else the path of a SQLite file,
+// created if needed. It applies pending migrations and refuses a database
+// whose schema is newer than this binary.
+func Open(ctx context.Context, target string) (*Store, error) {
+	if IsPostgresURL(target) {
+		return openPostgres(ctx, target)
+	}
+	return openSQLite(ctx, target)
+}
+
+func openSQLite(ctx context.Context, path string) (*Store, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -77,10 +89,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	q.Set("_txlock", "immediate")
 	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}).String()
 
-	db, err := sql.Open("sqlite", dsn)
+	sdb, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", abs, err)
 	}
+	db := &db{DB: sdb}
 	// One connection serialises every statement inside this process, so the
 	// daemon never sees SQLITE_BUSY from itself; the store's load (a few rows
 	// per API call) does not need parallel readers.
@@ -117,7 +130,7 @@ func (s *Store) Put(ctx context.Context, sb wire.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("put sandbox %q: encode: %w", sb.ID, err)
 	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(tx *txn) error {
 		_, err := tx.ExecContext(ctx, `
 			INSERT INTO sandboxes (id, state, created_at, updated_at, doc)
 			VALUES (?, ?, ?, ?, ?)
@@ -171,7 +184,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]wire.Sandbox, error) {
 		args  []any
 	)
 	if f.HidePooled {
-		where = append(where, notPooled)
+		where = append(where, s.notPooled())
 	}
 	if f.State != "" {
 		where = append(where, "s.state = ?")
@@ -231,14 +244,16 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 // that wait unclaimed in a pool.
 func (s *Store) Count(ctx context.Context) (int, error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes s WHERE `+notPooled).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes s WHERE `+s.notPooled()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count sandboxes: %w", err)
 	}
 	return n, nil
 }
 
-// notPooled selects the sandboxes that do not wait in a pool.
-const notPooled = `COALESCE(json_extract(s.doc, '$.pool'), '') = ''`
+// notPooled selects the sandboxes (as s) that do not wait in a pool.
+func (s *Store) notPooled() string {
+	return `COALESCE(` + s.db.jsonField("s.doc", "pool") + `, '') = ''`
+}
 
 // unixNano is t in Unix nanoseconds, and 0 for the zero time, whose
 // UnixNano is undefined.
@@ -250,11 +265,20 @@ func unixNano(t time.Time) int64 {
 }
 
 // inTx runs fn in a transaction and commits it if fn returns nil.
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+//
+// On SQLite the transaction takes the database's one write lock at BEGIN
+// (_txlock=immediate), so transactions never interleave. On PostgreSQL it
+// is READ COMMITTED, and each writer that needs more than its own row
+// locks takes them explicitly (see postgres.go): every write the store
+// makes is an upsert or a delete of the rows it names, whose row locks
+// order concurrent writers of the same row, so none needs SERIALIZABLE
+// and its retries.
+func (s *Store) inTx(ctx context.Context, fn func(*txn) error) error {
+	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
+	tx := &txn{Tx: sqlTx, pg: s.db.pg}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
 		return err

@@ -25,19 +25,18 @@ func (s *Store) PutTemplate(ctx context.Context, t wire.Template) error {
 	if err != nil {
 		return fmt.Errorf("record template %q: encode: %w", t.Name, err)
 	}
-	var n int
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM templates WHERE name = ? AND version = ?`, t.Name, t.Version).Scan(&n); err != nil || n > 0 {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO templates (name, version, created_at, doc) VALUES (?, ?, ?, ?)`,
-			t.Name, t.Version, unixNano(t.CreatedAt), string(doc))
-		return err
-	})
+	// One statement, so that of two daemons recording the same version at
+	// once exactly one wins.
+	res, err := s.db.ExecContext(ctx, `INSERT INTO templates (name, version, created_at, doc) VALUES (?, ?, ?, ?)
+		ON CONFLICT (name, version) DO NOTHING`, t.Name, t.Version, unixNano(t.CreatedAt), string(doc))
 	if err != nil {
 		return fmt.Errorf("record template %q: %w", t.Name, err)
 	}
-	if n > 0 {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("record template %q: %w", t.Name, err)
+	}
+	if n == 0 {
 		return fmt.Errorf("template %q version %d: %w", t.Name, t.Version, errdefs.ErrAlreadyExists)
 	}
 	return nil
