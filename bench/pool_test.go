@@ -159,6 +159,7 @@ func BenchmarkPoolCreate(b *testing.B) {
 	coldOnce()
 	dockerOnce()
 	claim, claimExec, cold, dr = nil, nil, nil, nil
+	stepsBefore := metricsText(b, d)
 	before, err := d.C.GetTemplatePool(ctx, name)
 	if err != nil {
 		b.Fatal(err)
@@ -178,6 +179,7 @@ func BenchmarkPoolCreate(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	stepsAfter := metricsText(b, d)
 	after, err := d.C.GetTemplatePool(ctx, name)
 	if err != nil {
 		b.Fatal(err)
@@ -194,6 +196,7 @@ func BenchmarkPoolCreate(b *testing.B) {
 	tb.Note("ratio p50(pool+exec)/p50(docker run) = %.3fx; p50(pool+exec)/p50(cold create) = %.3fx", Ratio(pe.P50, r.P50), Ratio(pe.P50, c.P50))
 	tb.Note("pool p50 %s ms (target <= 20 ms): %s; p99 %s ms (target <= 50 ms): %s", Ms(pe.P50), verdict(pe.P50 <= 20*time.Millisecond), Ms(p99), verdict(p99 <= 50*time.Millisecond))
 	report(b, tb)
+	report(b, stepTable("claim", stepsBefore, stepsAfter))
 
 	b.ReportMetric(float64(pe.P50)/1e6, "pool-p50-ms")
 	b.ReportMetric(float64(p99)/1e6, "pool-p99-ms")
@@ -211,6 +214,7 @@ func BenchmarkPoolClaimThroughput(b *testing.B) {
 	const n, workers = 100, 16
 	name := poolTemplate(b, d, hotcell.PoolConfig{Min: n, RefillPerSecond: 100})
 	before, _ := d.C.GetTemplatePool(ctx, name)
+	stepsBefore := metricsText(b, d)
 	ids := make([]string, n)
 	lat := make([]time.Duration, n)
 	var next atomic.Int64
@@ -242,6 +246,7 @@ func BenchmarkPoolClaimThroughput(b *testing.B) {
 	wg.Wait()
 	total := time.Since(t0)
 	b.StopTimer()
+	stepsAfter := metricsText(b, d)
 	after, _ := d.C.GetTemplatePool(ctx, name)
 	_ = d.C.DeleteTemplatePool(context.WithoutCancel(ctx), name)
 	deleteAll(b, d, ids)
@@ -253,6 +258,7 @@ func BenchmarkPoolClaimThroughput(b *testing.B) {
 	tb.Note("claims %d, misses %d", after.Claims-before.Claims, after.Misses-before.Misses)
 	tb.Note("claims/s %.0f (target >= 100): %s", rate, verdict(rate >= 100))
 	report(b, tb)
+	report(b, stepTable("claim", stepsBefore, stepsAfter))
 	b.ReportMetric(rate, "claims/s")
 }
 

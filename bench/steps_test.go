@@ -13,6 +13,7 @@ import (
 // (internal/sandbox/manager.go); the exposition sorts them by name.
 var stepOrder = map[string][]string{
 	"create":  {"resolve", "record", "listen", "gateway", "disk", "volume", "container_create", "container_start", "egress", "agent", "setup", "record_running", "event"},
+	"claim":   {"lookup", "record", "gateway", "env", "egress", "workspace", "record_running", "event"},
 	"destroy": {"lookup", "container_remove", "disk", "volume", "run_dir", "wait_parallel", "delete_record", "event", "egress_parallel", "gateway_parallel"},
 }
 

@@ -97,7 +97,7 @@ func New(opts Options) *Daemon {
 		}),
 	}
 	d.steps = map[string]*prometheus.HistogramVec{}
-	for _, op := range []string{"create", "destroy"} {
+	for _, op := range []string{"create", "destroy", "claim"} {
 		d.steps[op] = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hotcell_" + op + "_step_seconds",
 			Help:    "Duration of each step of a sandbox " + op + " (the steps of one add up to the whole).",
@@ -129,7 +129,7 @@ func (d *Daemon) Handler() http.Handler {
 	})
 }
 
-// ObserveStep records how long one step of a create or destroy took (a
+// ObserveStep records how long one step of a create, destroy or claim took (a
 // sandbox.StepObserver). Steps of other operations are ignored.
 func (d *Daemon) ObserveStep(op, step string, took time.Duration) {
 	if h, ok := d.steps[op]; ok {

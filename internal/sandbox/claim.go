@@ -35,7 +35,9 @@ func (m *Manager) claim(ctx context.Context, req wire.CreateSandboxRequest, co C
 			m.pools.count(name, false, time.Now())
 			return wire.Sandbox{}, false, nil
 		}
-		sb, err := m.claimBox(ctx, id, req, co, egress, progress)
+		clock := m.clock("claim", m.log.With("sandbox", id))
+		sb, err := m.claimBox(ctx, clock, id, req, co, egress, progress)
+		clock.done()
 		if errors.Is(err, errStale) {
 			m.log.Warn("a pooled box failed its check at claim; replacing it", "sandbox", id, "template", name, "err", err)
 			m.pools.wg.Add(1)
@@ -56,7 +58,7 @@ func (m *Manager) claim(ctx context.Context, req wire.CreateSandboxRequest, co C
 // egress rules; then the workspace steps of a create. Nothing ran in the
 // box under another identity: it had none. A failure after the box became
 // the claimer's removes it, as a failed create does.
-func (m *Manager) claimBox(ctx context.Context, id string, req wire.CreateSandboxRequest, co CreateOptions, egress *wire.EgressPolicy, progress driver.Progress) (wire.Sandbox, error) {
+func (m *Manager) claimBox(ctx context.Context, clock *stepClock, id string, req wire.CreateSandboxRequest, co CreateOptions, egress *wire.EgressPolicy, progress driver.Progress) (wire.Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
 	// As a create: it finishes or cleans up, whoever hangs up.
@@ -65,6 +67,7 @@ func (m *Manager) claimBox(ctx context.Context, id string, req wire.CreateSandbo
 		return wire.Sandbox{}, err
 	}
 	defer endDetached()
+	ctx = clock.trace(ctx)
 	sb, err := m.store.Get(ctx, id)
 	if err != nil {
 		return wire.Sandbox{}, fmt.Errorf("%w: %w", errStale, err)
@@ -75,6 +78,7 @@ func (m *Manager) claimBox(ctx context.Context, id string, req wire.CreateSandbo
 	if sb.Pool == "" || sb.State != wire.StateRunning || conn == nil || !conn.Connected() {
 		return wire.Sandbox{}, fmt.Errorf("%w: state %s, agent up %v", errStale, sb.State, conn != nil && conn.Connected())
 	}
+	clock.step("lookup")
 	now := time.Now().UTC()
 	pool := sb.Pool
 	sb.Pool = ""
@@ -91,6 +95,7 @@ func (m *Manager) claimBox(ctx context.Context, id string, req wire.CreateSandbo
 	if err := m.store.Put(ctx, sb); err != nil {
 		return wire.Sandbox{}, fmt.Errorf("%w: record claim: %w", errStale, err)
 	}
+	clock.step("record")
 	log := m.log.With("sandbox", id)
 	fail := func(err error) (wire.Sandbox, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -116,6 +121,7 @@ func (m *Manager) claimBox(ctx context.Context, id string, req wire.CreateSandbo
 			env = map[string]string{}
 		}
 		maps.Copy(env, vars)
+		clock.step("gateway")
 	}
 	if len(env) > 0 {
 		// Kept on the host, outside the run dir the box sees, and sent
@@ -126,23 +132,28 @@ func (m *Manager) claimBox(ctx context.Context, id string, req wire.CreateSandbo
 		if err := putEnv(ctx, conn.Transport(), env); err != nil {
 			return fail(fmt.Errorf("set the sandbox's env: %w", err))
 		}
+		clock.step("env")
 	}
 	if err := m.applyEgress(ctx, sb); err != nil {
 		return fail(err)
 	}
+	clock.step("egress")
 	m.Touch(id)
 	var spec driver.Spec
 	m.prepareEgress(&spec, sb)
 	if err := m.fillWorkspace(ctx, &sb, req, co, conn, spec.DNS, progress); err != nil {
 		return fail(err)
 	}
+	clock.step("workspace")
 	sb.State = wire.StateRunning
 	sb.UpdatedAt = time.Now().UTC()
 	if err := m.store.Put(ctx, sb); err != nil {
 		return fail(fmt.Errorf("record sandbox: %w", err))
 	}
+	clock.step("record_running")
 	log.Info("sandbox created from a pool", "template", pool, "image", sb.Image, "runtime", sb.Runtime)
 	m.Event(ctx, id, wire.SandboxEventCreated, "", map[string]string{"image": sb.Image, "runtime": sb.Runtime, "pool": pool})
+	clock.step("event")
 	return m.withDeadlines(sb), nil
 }
 

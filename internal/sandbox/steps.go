@@ -9,9 +9,9 @@ import (
 	"github.com/hotcell/hotcell/internal/driver"
 )
 
-// StepObserver learns how long each step of a create or a destroy took
-// (op is "create" or "destroy"); the daemon feeds it into
-// hotcell_create_step_seconds and hotcell_destroy_step_seconds.
+// StepObserver learns how long each step of a create, a destroy or a
+// claim of a pooled box took (op is "create", "destroy" or "claim"); the
+// daemon feeds it into hotcell_<op>_step_seconds.
 type StepObserver func(op, step string, d time.Duration)
 
 // stepClock times the steps of one operation: each step lasts from the end
