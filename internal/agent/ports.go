@@ -186,6 +186,15 @@ func (p *portService) httpProxy(w http.ResponseWriter, r *http.Request) error {
 			proxyErr = err
 		},
 	}
+	// Full duplex: the request's body goes on to the app while the app's
+	// answer comes back. Otherwise net/http, as it writes the answer's
+	// head, reads what is left of the request's body and closes it under
+	// the transport, which may not be done with it: the transport's last
+	// read of the body (to find its end) then fails with "invalid Read on
+	// closed Body", and it closes the connection to the app in the middle
+	// of the answer being copied. About one POST in a hundred to a Python
+	// http.server app came back cut off.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(w, r)
 	if proxyErr == nil {
 		return nil

@@ -10,6 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -367,5 +371,78 @@ func TestPortHTTPProxyKeepAliveApp(t *testing.T) {
 	}
 	if cut > 0 {
 		t.Errorf("%d of 1000 answers were cut off", cut)
+	}
+}
+
+// postEchoApp is a Python http.server app that echoes a POST's body in a
+// JSON answer, written as such apps do: the head, then the body, in two
+// writes.
+const postEchoApp = `
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        out = b'{"echo":' + body + b'}\n'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+`
+
+// TestPortHTTPProxyPostsWhole: POSTs through the proxy, on a kept-alive
+// agent stream as the daemon sends them, to a Python http.server app: every
+// answer arrives whole. net/http's server used to read the rest of each
+// request's body and close it as the proxy wrote the answer's head, under
+// the transport still reading it for the app; the transport then closed
+// its connection to the app mid-answer: 9 to 129 answers in 3,000 came
+// back with a 200 and an empty body.
+func TestPortHTTPProxyPostsWhole(t *testing.T) {
+	t.Parallel()
+	python := testenv.RequireTool(t, "python3")
+	a := newTestAgent(t)
+	a.client.Transport.(*http.Transport).DisableKeepAlives = false
+	ln, port := listenLoopback(t, "tcp", "127.0.0.1:0")
+	ln.Close() // the app listens on it
+	app := filepath.Join(t.TempDir(), "app.py")
+	if err := os.WriteFile(app, []byte(postEchoApp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, app, strconv.Itoa(port))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var ready wire.PortWaitResult
+	wresp := a.do(t.Context(), "GET", "/v1/ports/"+strconv.Itoa(port)+"/wait", url.Values{"timeoutMs": {"30000"}}, nil)
+	if err := json.NewDecoder(wresp.Body).Decode(&ready); err != nil || !ready.Ready {
+		t.Fatalf("the app did not listen: %+v, %v", ready, err)
+	}
+	wresp.Body.Close()
+	target := "http://agent/v1/ports/" + strconv.Itoa(port) + "/http/api"
+	cut := 0
+	const n = 2000
+	for i := range n {
+		in := fmt.Sprintf(`{"n":%d}`, i)
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", target, strings.NewReader(in))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := a.client.Do(req)
+		if err != nil {
+			t.Fatalf("POST %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := `{"echo":` + in + "}\n"; err != nil || resp.StatusCode != 200 || string(body) != want {
+			cut++
+			t.Logf("POST %d: %d %q, %v", i, resp.StatusCode, body, err)
+		}
+	}
+	if cut > 0 {
+		t.Errorf("%d of %d answers were cut off", cut, n)
 	}
 }

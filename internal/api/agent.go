@@ -209,6 +209,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id, method, age
 		req.Header.Set("X-Request-Id", rid)
 	}
 	if body != nil {
+		passBody(w) // the body may be the client's, still arriving
 		req.ContentLength = size
 		if size < 0 {
 			req.ContentLength = -1

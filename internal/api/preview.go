@@ -342,6 +342,7 @@ func (s *Server) proxyPreviewHost(w http.ResponseWriter, r *http.Request, id str
 		ModifyResponse: checkProxiedStatus,
 		ErrorHandler:   func(w http.ResponseWriter, r *http.Request, err error) { proxyErr = err },
 	}
+	passBody(w)
 	rp.ServeHTTP(w, r)
 	if proxyErr != nil {
 		return fmt.Errorf("preview port %d of sandbox %s: %w", port, id, errors.Join(errdefs.ErrUnavailable, proxyErr))

@@ -40,13 +40,6 @@ func (s *Server) reverseProxy(w http.ResponseWriter, r *http.Request, id, agentP
 			// The daemon's token is for the daemon, never for the sandbox.
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("Cookie")
-			if app {
-				// A stream of its own per request: with kept-alive agent
-				// streams about one proxied POST in 300 came back cut
-				// short. About one in 600 still does; the cause is not
-				// found yet.
-				pr.Out.Close = true
-			}
 		},
 		Transport:     conn.Transport(),
 		FlushInterval: -1,
@@ -64,6 +57,9 @@ func (s *Server) reverseProxy(w http.ResponseWriter, r *http.Request, id, agentP
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { proxyErr = err },
 		ErrorLog:     nil,
 	}
+	// The client's body goes on to the agent while the answer comes back
+	// (passBody).
+	passBody(w)
 	if r.Header.Get("Upgrade") != "" {
 		// A WebSocket (terminal, tunnel) is hijacked and has no writes of
 		// ours: a deadline would outlive the upgrade on its connection.
@@ -130,4 +126,16 @@ func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // chunk) a fresh deadline: the last write may be long past on a quiet stream.
 func (s *Server) refreshDeadline(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
+}
+
+// passBody readies w for a handler that passes its request's body on to the
+// agent through an http.Transport while it writes the answer: full duplex.
+// Otherwise net/http, as it writes the answer's head, reads what is left of
+// the request's body and closes it under the transport, which may not be
+// done with it: the transport's last read of the body (to find its end)
+// then fails ("invalid Read on closed Body") and the transport closes the
+// agent stream in the middle of the answer being copied. One proxied POST
+// in a few hundred came back with its status and an empty body.
+func passBody(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).EnableFullDuplex()
 }

@@ -102,6 +102,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	// Deferred, so that the record is written also when the proxy aborts a
 	// response cut off half-way (it panics with http.ErrAbortHandler).
 	defer g.finish(r, st, start)
+	// Full duplex: net/http must not read and close the request's body
+	// under the transport as the answer's head is written (the transport
+	// then fails and cuts the answer off; see internal/api's passBody).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.proxy.ServeHTTP(w, r)
 }
 

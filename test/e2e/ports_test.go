@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -315,4 +316,67 @@ func apiToken(t *testing.T, d *testdaemon.Daemon) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// postApp is a JSON service as people write them with Python's
+// http.server: HTTP/1.1, kept-alive connections, and the answer's head and
+// body written apart (end_headers flushes), Nagle left on.
+const postApp = `
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        out = b'{"echo":' + body + b'}\n'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+ThreadingHTTPServer(("127.0.0.1", 8002), H).serve_forever()
+`
+
+// TestPreviewPostsWhole sends 600 POSTs, one after another on one kept-alive
+// client connection, through the preview by path to such an app: every
+// answer arrives whole. At each of the two proxies (the daemon's, the
+// agent's) net/http read the rest of a request's body and closed it as the
+// answer's head was written, under the transport still reading it: the
+// transport then closed its connection mid-answer, and about one answer in
+// 150 came back with a 200 and an empty body (see passBody).
+func TestPreviewPostsWhole(t *testing.T) {
+	t.Parallel()
+	d := sharedDaemon(t)
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t)})
+	ctx := t.Context()
+	mustOK(t, run(t, d, sb.ID, "cat > /workspace/app.py <<'EOF'\n"+postApp+"\nEOF"), "write app")
+	startBackground(t, d, sb.ID, "python3 /workspace/app.py")
+	if res, err := d.C.WaitPort(ctx, sb.ID, 8002, 30*time.Second); err != nil || !res.Ready {
+		t.Fatalf("wait for the app: %+v, %v", res, err)
+	}
+	hc := loopbackClient(d)
+	url := "http://" + d.Addr + "/v1/sandboxes/" + sb.ID + "/ports/8002/http/api"
+	tok := apiToken(t, d)
+	cut := 0
+	for i := range 600 {
+		in := fmt.Sprintf(`{"n":%d}`, i)
+		req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(in))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			cut++
+			t.Logf("POST %d: %v", i, err)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := `{"echo":` + in + "}\n"; err != nil || resp.StatusCode != 200 || string(body) != want {
+			cut++
+			t.Logf("POST %d: %d %q, %v", i, resp.StatusCode, body, err)
+		}
+	}
+	if cut > 0 {
+		t.Errorf("%d of 600 answers through the preview were cut off or failed", cut)
+	}
 }
