@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +56,10 @@ type Config struct {
 	Listen string
 	// DataDir holds the database, the token and per-sandbox directories.
 	DataDir string
+	// Store is where the daemon keeps its records: empty for the SQLite
+	// file DBPath, or a PostgreSQL URL (postgres:// or postgresql://),
+	// a database several daemons can share.
+	Store string
 	// DefaultImage is used when a create request names no image.
 	DefaultImage string
 	// AgentBinary is the host path of the static hotcell-agent binary that is
@@ -180,6 +185,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.Listen }},
 	{"data_dir", kindString, "directory for the database, the API token and sandbox state",
 		func(c *Config) any { return &c.DataDir }},
+	{"store", kindString, "where the daemon keeps its records: empty for the SQLite file <data_dir>/hotcell.db, or a PostgreSQL URL (postgres://user:password@host:5432/db) that several daemons can share",
+		func(c *Config) any { return &c.Store }},
 	{"default_image", kindString, "image for sandboxes created without one",
 		func(c *Config) any { return &c.DefaultImage }},
 	{"default_runtime", kindString, "isolation runtime of sandboxes created without one: runc (the host's kernel) or gvisor (gVisor's user-space kernel, runsc)",
@@ -544,6 +551,15 @@ func (c *Config) Validate() error {
 	}
 	c.DataDir = dir
 
+	if c.Store != "" {
+		if !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
+			return bad("store", redact.URL(c.Store), "must be empty (the SQLite file in data_dir) or a PostgreSQL URL, postgres://user:password@host:5432/db")
+		}
+		if _, err := url.Parse(c.Store); err != nil {
+			return bad("store", redact.URL(c.Store), "is not a URL (a password with /, @ or : in it must be percent-encoded)")
+		}
+	}
+
 	if c.DefaultImage == "" {
 		return bad("default_image", c.DefaultImage, "must not be empty")
 	}
@@ -730,6 +746,15 @@ func (c Config) TokenPath() string { return filepath.Join(c.DataDir, "token") }
 // DBPath is the SQLite database file.
 func (c Config) DBPath() string { return filepath.Join(c.DataDir, "hotcell.db") }
 
+// StoreTarget is what store.Open takes: the PostgreSQL URL of Store, or
+// else the SQLite file DBPath.
+func (c Config) StoreTarget() string {
+	if c.Store != "" {
+		return c.Store
+	}
+	return c.DBPath()
+}
+
 // SandboxDir is the daemon-owned directory of one sandbox. id must already
 // be validated: it becomes a path element.
 func (c Config) SandboxDir(id string) string { return filepath.Join(c.DataDir, "sandboxes", id) }
@@ -756,6 +781,7 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("listen", c.Listen),
 		slog.String("data_dir", c.DataDir),
+		slog.String("store", redact.URL(c.Store)),
 		slog.String("default_image", c.DefaultImage),
 		slog.String("default_runtime", c.DefaultRuntime),
 		slog.String("gvisor_engine_runtime", c.GVisorEngineRuntime),

@@ -232,6 +232,10 @@ func TestValidate(t *testing.T) {
 			[]string{`listen "127.0.0.1:70000"`, "0 to 65535", "(from --listen)"}},
 		{"data dir empty", nil, []string{"--data-dir", ""},
 			[]string{`data_dir ""`, "must not be empty", "(from --data-dir)"}},
+		{"store not postgres", map[string]string{"HOTCELL_STORE": "mysql://root:pw@db/hotcell"}, nil,
+			[]string{`store "mysql://REDACTED@db/hotcell"`, "PostgreSQL URL", "(from HOTCELL_STORE)"}},
+		{"store not a URL", nil, []string{"--store", "postgres://u:p@ss/w@host:5432/db\x7f"},
+			[]string{`store "postgres://REDACTED@`, "percent-encoded", "(from --store)"}},
 		{"default image empty", nil, []string{"--default-image", ""},
 			[]string{`default_image ""`, "(from --default-image)"}},
 		{"log level", map[string]string{"HOTCELL_LOG_LEVEL": "loud"}, nil,
@@ -409,11 +413,15 @@ func TestLogValue(t *testing.T) {
 	t.Parallel()
 	c := Default()
 	c.DockerHost = "tcp://admin:s3cret@192.0.2.1:2376"
+	c.Store = "postgres://hotcell:pg-s3cret@192.0.2.2:5432/hotcell"
 	var buf bytes.Buffer
 	slog.New(slog.NewTextHandler(&buf, nil)).Info("config", "config", c)
 	out := buf.String()
 	if strings.Contains(out, "s3cret") {
 		t.Errorf("log line leaks the Docker host password: %s", out)
+	}
+	if strings.Contains(out, "pg-s3cret") {
+		t.Errorf("log line leaks the store's password: %s", out)
 	}
 	for _, s := range []string{"config.listen=127.0.0.1:8080", "config.exec_timeout=1m0s", "REDACTED"} {
 		if !strings.Contains(out, s) {
@@ -444,5 +452,24 @@ func TestAddFlagsRegistersEverySetting(t *testing.T) {
 		if f.Usage == "" {
 			t.Errorf("flag --%s has no help text", name)
 		}
+	}
+}
+
+func TestStoreTarget(t *testing.T) {
+	t.Parallel()
+	c, err := Load(nil, envMap(map[string]string{"HOTCELL_DATA_DIR": "/srv/hc", "HOTCELL_AGENT_BINARY": fakeAgent(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.StoreTarget(); got != "/srv/hc/hotcell.db" {
+		t.Errorf("default store: got %q, want the SQLite file in data_dir", got)
+	}
+	const pg = "postgresql://hotcell:pw@127.0.0.1:5432/hotcell?sslmode=disable"
+	c, err = Load(nil, envMap(map[string]string{"HOTCELL_STORE": pg, "HOTCELL_AGENT_BINARY": fakeAgent(t)}))
+	if err != nil {
+		t.Fatalf("Load with a PostgreSQL store: %v", err)
+	}
+	if got := c.StoreTarget(); got != pg {
+		t.Errorf("store: got %q, want %q", got, pg)
 	}
 }

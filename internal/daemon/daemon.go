@@ -65,7 +65,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return err
 	}
 
-	st, err := store.Open(ctx, cfg.DBPath())
+	st, err := store.Open(ctx, cfg.StoreTarget())
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}

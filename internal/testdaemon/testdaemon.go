@@ -67,6 +67,10 @@ type Options struct {
 	// Env are extra NAME=value variables of the daemon's environment,
 	// after (so overriding) the test process's own.
 	Env []string
+	// Store is the daemon's --store: a PostgreSQL URL, such as the fresh
+	// database testenv.RequirePostgres makes. Empty, the daemon keeps its
+	// records in the SQLite file of its data dir.
+	Store string
 	// EgressSubnetBits, between 16 and 23, gives the daemon's own egress
 	// network a larger subnet than the default /24 (which holds ~250
 	// sandboxes), taken from 10.215.0.0/16, where the /24s of other test
@@ -233,6 +237,9 @@ func newDaemon(e env, opts Options, owner testing.TB) (*Daemon, error) {
 		"--egress-subnet", d.EgressSubnet.String(),
 		"--egress-dns-upstream", "127.0.0.1:1",
 	}, opts.Args...)
+	if opts.Store != "" {
+		d.args = append(d.args, "--store", opts.Store)
+	}
 	d.env = opts.Env
 	return d, nil
 }

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/testdaemon"
+	"github.com/hotcell/hotcell/internal/testenv"
+)
+
+// TestDaemonOnPostgres: a daemon whose store is PostgreSQL (--store
+// postgres://...) creates a sandbox and runs a process in it, is killed
+// (SIGKILL) and restarted, and adopts the sandbox again from what
+// PostgreSQL holds: same state and labels, its process alive, its files
+// there. Nothing goes to a SQLite file on the way.
+func TestDaemonOnPostgres(t *testing.T) {
+	t.Parallel()
+	pg := testenv.RequirePostgres(t)
+	d := testdaemon.StartWith(t, testdaemon.Options{Store: pg})
+	t.Cleanup(d.Close)
+	ctx := t.Context()
+
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Labels: map[string]string{"store": "postgres"}})
+	mustOK(t, run(t, d, sb.ID, "echo kept > /workspace/note"), "write a file")
+	mustOK(t, run(t, d, sb.ID, `(i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done) >/dev/null 2>&1 &`), "counter")
+	waitCounter(t, d, sb.ID, 2)
+
+	if _, err := os.Stat(filepath.Join(d.DataDir, "hotcell.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a daemon on PostgreSQL made a SQLite file too (stat: %v)", err)
+	}
+	if state := pgSandboxState(t, pg, sb.ID); state != string(client.StateRunning) {
+		t.Errorf("PostgreSQL holds state %q for %s, want running", state, sb.ID)
+	}
+
+	d.Stop(syscall.SIGKILL)
+	d.Restart()
+	got, err := d.C.GetSandbox(ctx, sb.ID)
+	if err != nil || got.State != client.StateRunning || got.Labels["store"] != "postgres" {
+		t.Fatalf("after restart: got %+v, %v; want it running with its label\n%s", got, err, d.Logs())
+	}
+	a := counter(t, d, sb.ID)
+	if out := mustOK(t, run(t, d, sb.ID, "cat /workspace/note"), "read the file"); strings.TrimSpace(out) != "kept" {
+		t.Errorf("file after restart: %q", out)
+	}
+	waitCounter(t, d, sb.ID, a+2) // the process survived the restart and goes on
+	list, err := d.C.ListSandboxes(ctx, client.ListOptions{Labels: map[string]string{"store": "postgres"}})
+	if err != nil || len(list) != 1 || list[0].ID != sb.ID {
+		t.Errorf("list by label after restart: got %d sandboxes, %v", len(list), err)
+	}
+	evs, err := d.C.SandboxEvents(ctx, sb.ID, client.EventsOptions{})
+	if err != nil || !strings.Contains(types(evs), "created") {
+		t.Errorf("events after restart: %s, %v; want the created event kept", types(evs), err)
+	}
+
+	if err := d.C.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	if state := pgSandboxState(t, pg, sb.ID); state != "" {
+		t.Errorf("PostgreSQL still holds %s after destroy (state %q)", sb.ID, state)
+	}
+}
+
+// pgSandboxState reads sandbox id's state straight from PostgreSQL; ""
+// when it has no row.
+func pgSandboxState(t *testing.T, url, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect to the daemon's PostgreSQL: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var state string
+	err = conn.QueryRow(ctx, `SELECT state FROM sandboxes WHERE id = $1`, id).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("read sandbox %s from PostgreSQL: %v", id, err)
+	}
+	return state
+}
