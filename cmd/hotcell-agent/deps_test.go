@@ -17,6 +17,7 @@ func TestDeps(t *testing.T) {
 	banned := []string{
 		"github.com/moby", "modernc.org/sqlite", "github.com/docker", "github.com/spf13/cobra",
 		"github.com/coreos/go-iptables", "github.com/google/nftables", "github.com/miekg/dns", "github.com/prometheus",
+		"k8s.io/",
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		for _, b := range banned {

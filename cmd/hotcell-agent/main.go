@@ -8,8 +8,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -34,8 +36,12 @@ func run(ctx context.Context, args []string) error {
 	dialFile := fs.String("dial-file", envOr("HOTCELL_AGENT_DIAL_FILE", agent.DefaultDialFile), "file that, when present, says to dial the daemon over TCP with TLS (then the socket is the fallback)")
 	workspace := fs.String("workspace", fspath.Workspace, "directory relative paths resolve against")
 	debugLog := fs.Bool("debug", os.Getenv("HOTCELL_AGENT_DEBUG") != "", "log debug messages")
+	installTo := fs.String("install-to", "", "copy this binary to `PATH` (mode 0755) and exit: how the Kubernetes driver's init container puts the agent into a box")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *installTo != "" {
+		return installSelf(*installTo)
 	}
 	level := slog.LevelInfo
 	if *debugLog {
@@ -98,6 +104,40 @@ func dialer(dialFile, socket string, logger *slog.Logger) (agent.Dialer, error) 
 	}
 	logger.Debug("dialing the daemon over TCP", "addr", d.Addr)
 	return agent.FallbackDialer(tcp, unix), nil
+}
+
+// installSelf copies the running binary to dst through a temporary file
+// beside it, so a box never sees half an agent.
+func installSelf(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	defer src.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".hotcell-agent-*")
+	if err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, src); err != nil {
+		tmp.Close()
+		return fmt.Errorf("install agent to %s: %w", dst, err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return fmt.Errorf("install agent to %s: %w", dst, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("install agent to %s: %w", dst, err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return fmt.Errorf("install agent to %s: %w", dst, err)
+	}
+	return nil
 }
 
 func envOr(key, def string) string {

@@ -121,3 +121,41 @@ func TestSIGTERMStopsChildren(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestInstallTo checks the copy the Kubernetes driver's init container
+// makes: the running binary, whole, executable, and nothing else left in
+// the directory.
+func TestInstallTo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dst := filepath.Join(dir, "hotcell-agent")
+	if err := run(t.Context(), []string{"-install-to", dst}); err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("installed copy: %d bytes differ from the binary's %d", len(got), len(want))
+	}
+	fi, err := os.Stat(dst)
+	if err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("installed copy: mode %v, %v; want 0755", fi.Mode(), err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("directory after install: %d entries, want only the agent", len(entries))
+	}
+	if err := run(t.Context(), []string{"-install-to", filepath.Join(dir, "missing", "x")}); err == nil {
+		t.Error("install into a missing directory: got no error")
+	}
+}
