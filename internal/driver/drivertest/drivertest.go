@@ -40,6 +40,20 @@ type Harness struct {
 	// Runtime is the runtime (wire.Runtime*) of the boxes Spec makes;
 	// empty for the driver's default. Inspect must report it.
 	Runtime string
+	// Channel, when set, is how the suite reaches a box's agent instead of
+	// a unix socket in the run dir (a driver whose boxes cannot see the
+	// host's files: the agent dials the daemon over the network).
+	Channel Channel
+}
+
+// Channel is the daemon's side of the agent channel for the suite.
+type Channel interface {
+	// Prepare fills what s needs to reach the daemon (a dial address and
+	// the box's credential) before the suite creates the box.
+	Prepare(t *testing.T, s *driver.Spec)
+	// Listen returns the daemon's side of box s's agent session, which
+	// the box's agent connects to after each start; the suite closes it.
+	Listen(t *testing.T, s driver.Spec) *agentconn.Conn
 }
 
 // wait bounds how long the suite waits for something that must happen (an
@@ -71,7 +85,7 @@ func testSnapshot(t *testing.T, h Harness) {
 	d, ctx := h.Driver, t.Context()
 	s := spec(t, h, newInstance(t))
 	must(t, "create", d.Create(ctx, s))
-	conn := listen(t, s)
+	conn := listen(t, h, s)
 	must(t, "start", d.Start(ctx, s.ID))
 	waitAgent(t, conn, "after start")
 	const mark = "/hotcell-drivertest-snapshot"
@@ -85,7 +99,7 @@ func testSnapshot(t *testing.T, h Harness) {
 	f := spec(t, h, newInstance(t))
 	f.Image = ref
 	must(t, "create from the snapshot", d.Create(ctx, f))
-	fconn := listen(t, f)
+	fconn := listen(t, h, f)
 	must(t, "start the box from the snapshot", d.Start(ctx, f.ID))
 	waitAgent(t, fconn, "after the start from the snapshot")
 	var fi wire.FileInfo
@@ -137,7 +151,7 @@ func testStats(t *testing.T, h Harness) {
 	d, ctx := h.Driver, t.Context()
 	s := spec(t, h, newInstance(t))
 	must(t, "create", d.Create(ctx, s))
-	conn := listen(t, s)
+	conn := listen(t, h, s)
 	must(t, "start", d.Start(ctx, s.ID))
 	waitAgent(t, conn, "after start")
 	r, err := st.Stats(ctx, s.ID)
@@ -184,13 +198,22 @@ func spec(t *testing.T, h Harness, instance string) driver.Spec {
 	}
 	s.HostRunDir = dir
 	s.Instance = instance
+	if h.Channel != nil {
+		h.Channel.Prepare(t, &s)
+	}
 	return s
 }
 
-// listen opens the box's agent socket as the manager does; the caller
-// starts the box, then waitAgent checks that its agent connected.
-func listen(t *testing.T, s driver.Spec) *agentconn.Conn {
+// listen opens the box's agent socket (or the harness's channel) as the
+// manager does; the caller starts the box, then waitAgent checks that its
+// agent connected.
+func listen(t *testing.T, h Harness, s driver.Spec) *agentconn.Conn {
 	t.Helper()
+	if h.Channel != nil {
+		c := h.Channel.Listen(t, s)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 	c, err := agentconn.Listen(s.ID, filepath.Join(s.HostRunDir, driver.AgentSocket), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +266,7 @@ func testLifecycle(t *testing.T, h Harness) {
 		t.Errorf("after create: inspect reports runtime %q, want %q", st.Runtime, h.Runtime)
 	}
 
-	conn := listen(t, s)
+	conn := listen(t, h, s)
 	must(t, "start", d.Start(ctx, s.ID))
 	wantState(t, d, s.ID, driver.BoxRunning, "after start")
 	waitAgent(t, conn, "after start")
@@ -276,7 +299,7 @@ func testLifecycle(t *testing.T, h Harness) {
 
 	// The same box comes back, and its agent dials the daemon again.
 	conn.Close()
-	conn = listen(t, s)
+	conn = listen(t, h, s)
 	must(t, "start after stop", d.Start(ctx, s.ID))
 	st = wantState(t, d, s.ID, driver.BoxRunning, "after the restart")
 	if h.Runtime != "" && st.Runtime != h.Runtime {
@@ -328,7 +351,7 @@ func testCreateExisting(t *testing.T, h Harness) {
 	d, ctx := h.Driver, t.Context()
 	s := spec(t, h, newInstance(t))
 	must(t, "create", d.Create(ctx, s))
-	conn := listen(t, s)
+	conn := listen(t, h, s)
 	must(t, "start", d.Start(ctx, s.ID))
 	waitAgent(t, conn, "after start")
 	if err := d.Create(ctx, s); !errors.Is(err, errdefs.ErrAlreadyExists) {
@@ -347,7 +370,7 @@ func testList(t *testing.T, h Harness) {
 	for _, s := range []driver.Spec{a, b, c} {
 		must(t, "create "+s.ID, d.Create(ctx, s))
 	}
-	connB := listen(t, b)
+	connB := listen(t, h, b)
 	must(t, "start", d.Start(ctx, b.ID))
 	waitAgent(t, connB, "after start")
 
@@ -416,7 +439,7 @@ func testEvents(t *testing.T, h Harness) {
 	s, o := spec(t, h, mine), spec(t, h, other)
 	for _, sp := range []driver.Spec{s, o} {
 		must(t, "create "+sp.ID, d.Create(ctx, sp))
-		conn := listen(t, sp)
+		conn := listen(t, h, sp)
 		must(t, "start "+sp.ID, d.Start(ctx, sp.ID))
 		waitAgent(t, conn, "after start")
 	}
