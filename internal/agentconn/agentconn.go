@@ -66,8 +66,15 @@ var sandboxLog = loglimit.New(10, time.Minute)
 // and go (restart, container stop); requests wait for it up to their context.
 type Conn struct {
 	id  string
-	ln  net.Listener
 	log *slog.Logger
+
+	// lns are the listeners agents come in on: the run dir's socket, and
+	// the TCP channel's route for this sandbox (AddListener).
+	lnMu     sync.Mutex
+	lns      []net.Listener
+	lnClosed bool
+	// accepting counts the accept loops, which Close waits for.
+	accepting sync.WaitGroup
 
 	mu      sync.Mutex
 	sess    *yamux.Session
@@ -78,7 +85,6 @@ type Conn struct {
 
 	transport *http.Transport
 	client    *http.Client
-	done      chan struct{}
 	// pending is set while a connection is in its handshake; others that
 	// come meanwhile are closed at once.
 	pending atomic.Bool
@@ -135,10 +141,8 @@ func listen(id, path string, log *slog.Logger, handshake time.Duration) (*Conn, 
 	}
 	c := &Conn{
 		id:      id,
-		ln:      ln,
 		log:     log.With("sandbox", id),
 		readyCh: make(chan struct{}),
-		done:    make(chan struct{}),
 		budget:  semaphore.NewWeighted(decodeBudget),
 
 		handshakeTimeout: handshake,
@@ -157,9 +161,37 @@ func listen(id, path string, log *slog.Logger, handshake time.Duration) (*Conn, 
 		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
 	c.client = &http.Client{Transport: c.transport}
-	go c.acceptLoop()
+	c.lns = []net.Listener{ln}
+	c.accepting.Add(1)
+	go c.acceptLoop(ln, false)
 	return c, nil
 }
+
+// AddListener accepts agent connections from ln too, until Close (which
+// closes ln). keepLive says what a connection from ln does to a session
+// that is up: with keepLive a session that answers a ping within
+// liveCheckTimeout stays and the newcomer is refused, and only a session
+// that does not (its agent restarted, its network went) is replaced. The
+// TCP channel uses it: a credential that leaked out of its box (it is
+// reachable from the network) must not let anyone take the rightful
+// agent's session away.
+func (c *Conn) AddListener(ln net.Listener, keepLive bool) error {
+	c.lnMu.Lock()
+	if c.lnClosed {
+		c.lnMu.Unlock()
+		ln.Close()
+		return fmt.Errorf("agent connection of sandbox %s is closed: %w", c.id, errdefs.ErrUnavailable)
+	}
+	c.lns = append(c.lns, ln)
+	c.accepting.Add(1)
+	c.lnMu.Unlock()
+	go c.acceptLoop(ln, keepLive)
+	return nil
+}
+
+// liveCheckTimeout is how long a session that is up has to answer a ping
+// before a keepLive newcomer replaces it.
+const liveCheckTimeout = 2 * time.Second
 
 const streamCloseTimeout = 5 * time.Second
 
@@ -185,10 +217,10 @@ func (c *Conn) logf(level slog.Level, msg string, args ...any) {
 	sandboxLog.Log(context.Background(), c.log, c.id, level, msg, args...)
 }
 
-func (c *Conn) acceptLoop() {
-	defer close(c.done)
+func (c *Conn) acceptLoop(ln net.Listener, keepLive bool) {
+	defer c.accepting.Done()
 	for {
-		nc, err := c.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -208,7 +240,7 @@ func (c *Conn) acceptLoop() {
 		c.adopts.Add(1)
 		go func() {
 			defer c.adopts.Done()
-			c.adopt(nc, func() { c.pending.Store(false) })
+			c.adopt(nc, keepLive, func() { c.pending.Store(false) })
 		}()
 	}
 }
@@ -216,8 +248,16 @@ func (c *Conn) acceptLoop() {
 // adopt turns a new connection into the current session once the agent on
 // it answers a health check, and calls handshakeDone when that is decided.
 // The latest healthy connection wins: an agent that restarted replaces its
-// dead predecessor. Only one session is live: the one replaced is closed.
-func (c *Conn) adopt(nc net.Conn, handshakeDone func()) {
+// dead predecessor (with keepLive, only a predecessor that does not answer
+// a ping). Only one session is live: the one replaced is closed.
+func (c *Conn) adopt(nc net.Conn, keepLive bool, handshakeDone func()) {
+	if keepLive && c.liveSession() {
+		handshakeDone()
+		nc.Close()
+		c.refused.Add(1)
+		c.logf(slog.LevelWarn, "agent connection refused: the sandbox's session is up and answers")
+		return
+	}
 	// Every read and write of the handshake has a deadline, so a peer
 	// that trickles (or sends nothing) frees the slot in time.
 	_ = nc.SetDeadline(time.Now().Add(c.handshakeTimeout))
@@ -280,6 +320,31 @@ func (c *Conn) adopt(nc net.Conn, handshakeDone func()) {
 		return
 	}
 	c.logf(slog.LevelDebug, "agent session ended")
+}
+
+// liveSession reports whether the current session answers a ping in time.
+func (c *Conn) liveSession() bool {
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	if s == nil || s.IsClosed() {
+		return false
+	}
+	answered := make(chan error, 1)
+	go func() {
+		_, err := s.Ping()
+		answered <- err
+	}()
+	t := time.NewTimer(liveCheckTimeout)
+	defer t.Stop()
+	select {
+	case err := <-answered:
+		return err == nil
+	case <-t.C:
+		return false
+	case <-c.adopting.Done():
+		return false
+	}
 }
 
 // runHook runs hook with a transport on sess.
@@ -620,8 +685,14 @@ func (c *Conn) Close() error {
 	s := c.sess
 	c.sess = nil
 	c.mu.Unlock()
-	err := c.ln.Close()
-	<-c.done
+	c.lnMu.Lock()
+	c.lnClosed = true
+	var err error
+	for _, ln := range c.lns {
+		err = errors.Join(err, ln.Close())
+	}
+	c.lnMu.Unlock()
+	c.accepting.Wait()
 	c.stop()
 	if s != nil {
 		s.Close()

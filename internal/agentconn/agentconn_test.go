@@ -76,7 +76,7 @@ func connect(t *testing.T, c *Conn, name string, pid int, healthy bool) (*fakeAg
 	adopted := make(chan struct{})
 	go func() {
 		defer close(adopted)
-		c.adopt(daemonEnd, func() {})
+		c.adopt(daemonEnd, false, func() {})
 	}()
 	// adopt returns only when the session ends: end it from the agent's
 	// side first (cleanups run last first, the Conn's Close after this).

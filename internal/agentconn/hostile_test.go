@@ -31,7 +31,7 @@ func hostileAgent(t *testing.T, c *Conn, mux *http.ServeMux) *fakeAgent {
 	adopted := make(chan struct{})
 	go func() {
 		defer close(adopted)
-		c.adopt(daemonEnd, func() {})
+		c.adopt(daemonEnd, false, func() {})
 	}()
 	t.Cleanup(func() {
 		a.sess.Close() // adopt returns when the session ends

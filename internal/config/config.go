@@ -118,6 +118,10 @@ type Config struct {
 	// out; MaxLimits cap what a request may ask for (limits.go). A zero
 	// field is unlimited.
 	DefaultLimits, MaxLimits wire.Limits
+	// Agent channel settings: see agentchannel.go. AgentChannel is unix or
+	// tcp; AgentListen the TCP listener's host:port; AgentAdvertise the
+	// host:port boxes dial (default: the egress gateway, AgentListen's port).
+	AgentChannel, AgentListen, AgentAdvertise string
 	// Egress settings: see egress.go.
 	EgressNetwork, EgressSubnet, EgressDNSUpstream, EgressDefaultMode, EgressGatewayPort string
 	EgressAllowPrivate                                                                   string
@@ -195,6 +199,12 @@ var settings = []setting{
 		func(c *Config) any { return &c.GVisorEngineRuntime }},
 	{"agent_binary", kindString, "path of the hotcell-agent binary (default: next to hotcell, else in PATH)",
 		func(c *Config) any { return &c.AgentBinary }},
+	{"agent_channel", kindString, "how agents reach the daemon: unix (a socket in each sandbox's run dir) or tcp (TLS to agent_listen with a per-sandbox credential, as sandboxes on other hosts must)",
+		func(c *Config) any { return &c.AgentChannel }},
+	{"agent_listen", kindString, "address (host:port) of the TCP agent channel's listener, when agent_channel is tcp",
+		func(c *Config) any { return &c.AgentListen }},
+	{"agent_advertise", kindString, "host:port sandboxes dial for the TCP agent channel (default: the egress network's gateway address with agent_listen's port)",
+		func(c *Config) any { return &c.AgentAdvertise }},
 	{"log_level", kindString, "log level: debug, info, warn or error",
 		func(c *Config) any { return &c.LogLevel }},
 	{"log_format", kindString, "log format: text or json",
@@ -317,6 +327,9 @@ func Default() Config {
 		EgressSubnet:      DefaultEgressSubnet,
 		EgressDefaultMode: DefaultEgressMode,
 		EgressGatewayPort: DefaultEgressGatewayPort,
+
+		AgentChannel: AgentChannelUnix,
+		AgentListen:  DefaultAgentListen,
 
 		GatewayMaxConcurrent: DefaultGatewayMaxConcurrent,
 	}
@@ -626,6 +639,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateTemplates(bad); err != nil {
+		return err
+	}
+	if err := c.validateAgentChannel(bad); err != nil {
 		return err
 	}
 	if err := c.validateEgress(bad); err != nil {

@@ -94,6 +94,8 @@ func TestDefaults(t *testing.T) {
 
 		GatewayMaxConcurrent: "8",
 		GVisorEngineRuntime:  "runsc",
+
+		AgentChannel: "unix", AgentListen: ":8091",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hotcell/hotcell/internal/api"
+	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/apikeys"
 	"github.com/hotcell/hotcell/internal/buildinfo"
 	"github.com/hotcell/hotcell/internal/config"
@@ -103,11 +104,25 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	// them (creates, destroys, backups, restores): the shutdown waits for
 	// it before the store closes.
 	ops := inflight.New()
-	eg, err := startEgress(ctx, cfg, drv, log)
+	agentLn, agentMat, err := listenAgentChannel(cfg)
+	if err != nil {
+		return err
+	}
+	if agentLn != nil {
+		defer agentLn.Close() // the channel's, unless the start fails before it serves
+	}
+	eg, err := startEgress(ctx, cfg, drv, listenerPort(agentLn), log)
 	if err != nil {
 		return err
 	}
 	defer eg.Close() // after every goroutine of the group below
+	var agentCh *agentconn.Channel
+	if agentLn != nil {
+		agentCh = newAgentChannel(cfg, agentLn, agentMat, eg.Gateway(), log)
+		// After the manager's Close (deferred below), which closes the
+		// sandboxes' routes.
+		defer agentCh.Close()
+	}
 	gw, gwServer, gwListener, err := newGateway(ctx, cfg, st, eg, ops, log)
 	if err != nil {
 		return err
@@ -153,6 +168,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Steps:          mets.ObserveStep,
 		PoolStore:      st,
 		Templates:      tpls,
+		AgentChannel:   agentChannelOpt(agentCh),
 	})
 	defer mgr.Close() // also when a later step of the start fails
 	// Before Recover, which re-adopts the boxes of the pools it loads.
@@ -244,6 +260,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if gwServer != nil {
 		g.Go(func() error { return serve("llm gateway", gwServer, gwListener) })
 	}
+	if agentCh != nil {
+		g.Go(agentCh.Serve)
+	}
 	g.Go(func() error { return eg.Run(services) })
 	g.Go(func() error { return reloadOnSignal(services, cfg, gw, log) })
 	g.Go(func() error {
@@ -263,6 +282,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 			closeConns: mgr.Close, stopServices: stopServices,
 		}
 		sd.run()
+		if agentCh != nil {
+			agentCh.Close() // ends its Serve; the sessions ended with mgr.Close
+		}
 		return nil
 	})
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {

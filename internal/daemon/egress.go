@@ -15,13 +15,14 @@ import (
 // resolver. Run keeps them up (egress.Controller.Run) and closes the
 // resolver at the end. The rules of sandboxes stay after it: the boxes
 // outlive the daemon.
-func startEgress(ctx context.Context, cfg config.Config, drv driver.Networker, log *slog.Logger) (*egress.Controller, error) {
+func startEgress(ctx context.Context, cfg config.Config, drv driver.Networker, agentPort int, log *slog.Logger) (*egress.Controller, error) {
 	es := cfg.Egress()
 	c := egress.New(drv, egress.Config{
 		Network:      es.Network,
 		Subnet:       es.Subnet,
 		Upstreams:    es.Upstreams,
 		GatewayPort:  es.GatewayPort,
+		AgentPort:    agentPort,
 		DefaultMode:  es.DefaultMode,
 		AllowPrivate: es.AllowPrivate,
 		Log:          log,

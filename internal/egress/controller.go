@@ -29,6 +29,10 @@ type Config struct {
 	// GatewayPort is the LLM gateway's TCP port on the network's gateway
 	// address, reachable from every sandbox; 0 for none.
 	GatewayPort int
+	// AgentPort is the TCP agent channel's port, reachable from every
+	// sandbox on the network's gateway address (its agent dials it); 0
+	// for none.
+	AgentPort int
 	// DefaultMode is the mode of a sandbox created without one.
 	DefaultMode string
 	// AllowPrivate are the private networks (IPv4 CIDRs) sandboxes may
@@ -174,6 +178,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	var ports []int
 	if c.cfg.GatewayPort > 0 {
 		ports = append(ports, c.cfg.GatewayPort)
+	}
+	if c.cfg.AgentPort > 0 {
+		ports = append(ports, c.cfg.AgentPort)
 	}
 	c.fw = newFirewall(iptablesCmd{ipt}, ipsetCmd{}, c.cfg.Network, c.cfg.Subnet, gw, ports, c.cfg.AllowPrivate)
 	if hostHasIPv6() {

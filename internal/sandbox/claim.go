@@ -278,7 +278,7 @@ func (m *Manager) createPooled(ctx context.Context, name string, t wire.Template
 	spec := driver.Spec{
 		ID: sb.ID, Image: t.Image, Env: req.Env, Limits: limits, Persist: true,
 		HostRunDir: m.runDir(sb.ID), HostAgentPath: m.opts.AgentBinary,
-		Instance: m.life.instance, Runtime: runtime,
+		Instance: m.life.instance, Runtime: runtime, AgentDial: m.agentDial(sb.ID),
 	}
 	m.prepareEgress(&spec, sb)
 	if err := m.drv.Create(ctx, spec); err != nil {

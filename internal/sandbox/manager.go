@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -79,6 +80,20 @@ type Options struct {
 	// PoolStore and Templates, both set, turn warm pools on (pool.go).
 	PoolStore PoolStore
 	Templates TemplateSource
+	// AgentChannel, when set, is the daemon's TCP listener for agents
+	// (agentconn.Channel): every sandbox's agent is told to dial it, and
+	// its Conn accepts from it beside the run dir's socket.
+	AgentChannel AgentChannel
+}
+
+// AgentChannel is the agent channel across hosts, as the manager uses it.
+type AgentChannel interface {
+	// Register returns the listener of sandbox id's authenticated agent
+	// connections; closing it removes the route.
+	Register(id string) (net.Listener, error)
+	// Dial is what id's box needs to reach the listener, its credential
+	// included.
+	Dial(id string) *driver.AgentDial
 }
 
 // Manager drives sandboxes through their lifecycle.
@@ -156,9 +171,30 @@ func (m *Manager) listen(id string) (*agentconn.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ch := m.opts.AgentChannel; ch != nil {
+		ln, err := ch.Register(id)
+		if err == nil {
+			// keepLive: the TCP route is reachable from the network, so
+			// a live session is not handed to a newcomer (agentconn).
+			err = c.AddListener(ln, true)
+		}
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("route the agent channel: %w", err)
+		}
+	}
 	c.OnConnect(m.sendEnv(id))
 	m.conns[id] = c
 	return c, nil
+}
+
+// agentDial is what the box of sandbox id needs to dial the TCP agent
+// channel (nil without one: the agent dials the run dir's socket).
+func (m *Manager) agentDial(id string) *driver.AgentDial {
+	if m.opts.AgentChannel == nil {
+		return nil
+	}
+	return m.opts.AgentChannel.Dial(id)
 }
 
 func (m *Manager) closeConn(id string) {
@@ -304,6 +340,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		HostAgentPath: m.opts.AgentBinary,
 		Instance:      m.life.instance,
 		Runtime:       runtime,
+		AgentDial:     m.agentDial(sb.ID),
 	}
 	m.prepareEgress(&spec, sb)
 	if err := m.grantGateway(ctx, sb.ID, req.Gateway); err != nil {

@@ -1,0 +1,295 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/testdaemon"
+	"github.com/hotcell/hotcell/internal/testenv"
+)
+
+// startTCPDaemon starts a daemon of t's own whose agents dial it over TCP
+// with TLS (agent_channel = "tcp"), on a fixed port so that a restart
+// listens where the boxes were told to dial. It returns the port.
+func startTCPDaemon(t *testing.T, args ...string) (*testdaemon.Daemon, int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	d := testdaemon.StartWith(t, testdaemon.Options{Args: append([]string{
+		"--agent-channel", "tcp", "--agent-listen", ":" + strconv.Itoa(port),
+	}, args...)})
+	t.Cleanup(d.Close)
+	return d, port
+}
+
+// agentTCPPort returns the local port of the box's established TCP
+// connection to the daemon's agent port, read from the box's own
+// /proc/net/tcp: proof that its agent's session runs over TCP and not
+// the run dir's socket (the agent's fallback). 0 when there is none.
+func agentTCPPort(t *testing.T, d *testdaemon.Daemon, id string, port int) int {
+	t.Helper()
+	out := mustOK(t, run(t, d, id, "cat /proc/net/tcp"), "read /proc/net/tcp")
+	want := fmt.Sprintf(":%04X", port)
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		// sl local_address rem_address st ...; 01 is ESTABLISHED.
+		if len(f) < 4 || f[3] != "01" || !strings.HasSuffix(f[2], want) {
+			continue
+		}
+		_, lp, _ := strings.Cut(f[1], ":")
+		n, _ := strconv.ParseUint(lp, 16, 16)
+		return int(n)
+	}
+	return 0
+}
+
+// waitAgentTCP waits until the box's agent holds a TCP session.
+func waitAgentTCP(t *testing.T, d *testdaemon.Daemon, id string, port int) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if p := agentTCPPort(t, d, id, port); p != 0 {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s: its agent holds no TCP connection to port %d (it fell back to the socket?)\n%s", id, port, d.Logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestAgentChannelTCP: with agent_channel = "tcp" the whole sandbox API
+// works over the TLS channel (create, exec, files, processes, terminal,
+// port tunnel), the box's credential is readable by its root only and
+// appears in no API answer, container config or daemon log, and a daemon
+// restart and a stop/start of the sandbox bring the agent back over TCP,
+// its background process and files intact.
+func TestAgentChannelTCP(t *testing.T) {
+	d, port := startTCPDaemon(t)
+	ctx := t.Context()
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t), Env: map[string]string{"GREETING": "hi"}})
+	waitAgentTCP(t, d, sb.ID, port)
+
+	if got := mustOK(t, run(t, d, sb.ID, "echo $GREETING"), "exec"); got != "hi\n" {
+		t.Errorf("exec: got %q, want hi", got)
+	}
+	if _, err := d.C.WriteFile(ctx, sb.ID, "notes.txt", strings.NewReader("over tcp"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	readBack := func() string {
+		rc, err := d.C.ReadFile(ctx, sb.ID, "notes.txt", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, _ := io.ReadAll(rc)
+		return string(b)
+	}
+	if got := readBack(); got != "over tcp" {
+		t.Errorf("file: got %q", got)
+	}
+	proc, err := d.C.StartProcess(ctx, sb.ID, client.StartProcessRequest{Command: "sleep 600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := d.C.OpenTerminal(ctx, sb.ID, client.TerminalOptions{Command: "cat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(term, "via-terminal\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(term).ReadString('\n')
+	if err != nil || line != "via-terminal\n" {
+		t.Errorf("terminal: got %q, %v", line, err)
+	}
+	term.Close()
+	srv, err := os.Open(testenv.GoBuild(t, "./test/e2e/testdata/portsrv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := d.C.WriteFile(ctx, sb.ID, "/workspace/portsrv", srv, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	startBackground(t, d, sb.ID, "/workspace/portsrv http 7000")
+	if _, err := d.C.WaitPort(ctx, sb.ID, 7000, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, run(t, d, sb.ID, "cat /tmp/bg.log; ls -la /workspace").Stdout)
+	}
+	pc, err := d.C.DialPort(ctx, sb.ID, 7000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(pc, "GET / HTTP/1.0\r\n\r\n")
+	b, _ := io.ReadAll(io.LimitReader(pc, 4096))
+	pc.Close()
+	if !strings.Contains(string(b), "portsrv 7000") {
+		t.Errorf("port tunnel: got %q, want portsrv's answer", b)
+	}
+
+	t.Run("credential", func(t *testing.T) {
+		res, err := d.C.Exec(ctx, sb.ID, client.ExecRequest{Command: "su -s /bin/sh user -c 'cat /.hotcell/run/agent-dial.json'"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode == 0 || !strings.Contains(res.Stderr, "Permission denied") {
+			t.Errorf("a non-root user in the box reads the dial file: exit %d, %q", res.ExitCode, res.Stderr)
+		}
+		dial := mustOK(t, run(t, d, sb.ID, "cat /.hotcell/run/agent-dial.json"), "root reads the dial file")
+		i := strings.Index(dial, `"token":"`)
+		if i < 0 {
+			t.Fatalf("no token in the dial file: %s", dial)
+		}
+		token := dial[i+9 : i+9+64]
+		got, err := d.C.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(fmt.Sprintf("%+v", got), token) {
+			t.Error("the sandbox's API answer holds its agent credential")
+		}
+		if strings.Contains(docker(t, "inspect", containerOf(t, sb.ID)), token) {
+			t.Error("the container's config holds the agent credential (a snapshot would commit it)")
+		}
+		if out := mustOK(t, run(t, d, sb.ID, "env; cat /proc/1/environ | tr '\\0' '\\n'"), "env"); strings.Contains(out, token) {
+			t.Error("the credential is in the box's environment")
+		}
+		if strings.Contains(d.Logs(), token) {
+			t.Error("the daemon's log holds the agent credential")
+		}
+	})
+
+	t.Run("daemon restart", func(t *testing.T) {
+		d.Restart()
+		waitAgentTCP(t, d, sb.ID, port)
+		if got := readBack(); got != "over tcp" {
+			t.Errorf("file after restart: got %q", got)
+		}
+		p, err := d.C.GetProcess(ctx, sb.ID, proc.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.State != "running" {
+			t.Errorf("background process after restart: %s, want running", p.State)
+		}
+	})
+
+	t.Run("stop and start", func(t *testing.T) {
+		if _, err := d.C.StopSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.C.StartSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		waitAgentTCP(t, d, sb.ID, port)
+		if got := readBack(); got != "over tcp" {
+			t.Errorf("file after stop/start: got %q", got)
+		}
+	})
+}
+
+// containerOf returns the id of sandbox id's container.
+func containerOf(t *testing.T, id string) string {
+	t.Helper()
+	out := strings.Fields(docker(t, "ps", "-aq", "--no-trunc", "--filter", "label=hotcell.id="+id))
+	if len(out) != 1 {
+		t.Fatalf("containers of %s: %v", id, out)
+	}
+	return out[0]
+}
+
+// TestHostileAgentChannel: root in a sandbox, holding its own dial file,
+// attacks the daemon's TCP agent listener. A hello with a neighbour's id
+// and its own credential is refused and the neighbour keeps its session;
+// forged credentials are refused; a second hello with its own credential
+// does not take the rightful agent's session (the same connection serves
+// before and after); plain HTTP, with or without TLS, gets no answer;
+// and idle and trickling connections are cut at the handshake deadline
+// and, capped per source, do not keep a neighbour's agent from coming back
+// through the listener meanwhile.
+func TestHostileAgentChannel(t *testing.T) {
+	d, port := startTCPDaemon(t)
+	ctx := t.Context()
+	neighbour := newSandbox(t, d, client.CreateSandboxRequest{})
+	hostile := newSandbox(t, d, client.CreateSandboxRequest{})
+	neighbourConn := waitAgentTCP(t, d, neighbour.ID, port)
+	hostileConn := waitAgentTCP(t, d, hostile.ID, port)
+	bin, err := os.Open(testenv.GoBuild(t, "./test/e2e/testdata/chanprobe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bin.Close()
+	if _, err := d.C.WriteFile(ctx, hostile.ID, "/workspace/chanprobe", bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	probe := func(args string) string {
+		t.Helper()
+		return strings.TrimSpace(mustOK(t, run(t, d, hostile.ID, "/workspace/chanprobe "+args), "chanprobe "+args))
+	}
+
+	if got := probe("neighbour " + neighbour.ID); got != "neighbour: refused" {
+		t.Errorf("a neighbour's id with my credential: %s", got)
+	}
+	if got := probe("forged 50"); got != "forged: map[refused:51]" {
+		t.Errorf("forged credentials: %s", got)
+	}
+	if got := probe("second"); got != "second: refused" {
+		t.Errorf("a second session with my own credential: %s", got)
+	}
+	if got := probe("plain"); got != "plain: http=false\ntls: http=false bytes=0" {
+		t.Errorf("HTTP to the agent listener: %s", got)
+	}
+	if got := agentTCPPort(t, d, hostile.ID, port); got != hostileConn {
+		t.Errorf("the hostile sandbox's rightful session was replaced: connection from port %d, was %d", got, hostileConn)
+	}
+	if got := agentTCPPort(t, d, neighbour.ID, port); got != neighbourConn {
+		t.Errorf("the neighbour's session was replaced: connection from port %d, was %d", got, neighbourConn)
+	}
+	mustOK(t, run(t, d, neighbour.ID, "true"), "the neighbour answers")
+
+	// Slow-loris: 20 silent and 20 trickling connections held up to 30 s.
+	// Meanwhile the neighbour restarts, and its agent must get through.
+	idle := make(chan string, 1)
+	go func() {
+		res, err := d.C.Exec(ctx, hostile.ID, client.ExecRequest{Command: "/workspace/chanprobe idle 20 30"})
+		if err != nil {
+			idle <- err.Error()
+			return
+		}
+		idle <- strings.TrimSpace(res.Stdout + res.Stderr)
+	}()
+	time.Sleep(time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if _, err := d.C.StopSandbox(cctx, neighbour.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.C.StartSandbox(cctx, neighbour.ID); err != nil {
+		t.Fatalf("the neighbour's agent did not come back during the slow-loris: %v", err)
+	}
+	waitAgentTCP(t, d, neighbour.ID, port)
+	got := <-idle
+	var opened, longest int
+	if _, err := fmt.Sscanf(got, "idle: opened %d, longest lived %ds", &opened, &longest); err != nil {
+		t.Fatalf("idle probe: %q", got)
+	}
+	// The handshake deadline is 5 s; 30 s would mean none.
+	if opened == 0 || longest > 15 {
+		t.Errorf("idle connections: opened %d, the longest lived %d s (want cut at the 5 s handshake deadline)", opened, longest)
+	}
+	mustOK(t, run(t, d, hostile.ID, "true"), "the hostile sandbox's own agent still answers")
+}
