@@ -144,6 +144,16 @@ type ImageBuilder interface {
 	RemoveImage(ctx context.Context, ref string) error
 }
 
+// Killer is implemented by drivers that can kill a box's processes at once,
+// without waiting for the backend to notice that they died: a destroy then
+// answers once the box is dead and leaves its removal (Destroy) to the
+// background.
+type Killer interface {
+	// KillNow sends SIGKILL to the box's processes and returns. A box that
+	// runs nothing, or does not exist, is not an error.
+	KillNow(ctx context.Context, id string) error
+}
+
 // Pauser is implemented by drivers that can freeze a box with its memory.
 type Pauser interface {
 	Pause(ctx context.Context, id string) error

@@ -125,7 +125,7 @@ func (m *Manager) SetEgress(ctx context.Context, id string, p wire.EgressPolicy)
 	}
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err != nil {
 		return sb, err
 	}
@@ -156,7 +156,7 @@ func (m *Manager) SetEgress(ctx context.Context, id string, p wire.EgressPolicy)
 
 // EgressStatus reports a sandbox's policy, counters and recent denials.
 func (m *Manager) EgressStatus(ctx context.Context, id string) (wire.EgressStatus, error) {
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err != nil {
 		return wire.EgressStatus{}, err
 	}

@@ -72,7 +72,7 @@ func (m *Manager) RotateGateway(ctx context.Context, id, provider string) (wire.
 	}
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err != nil {
 		return wire.GatewayCredential{}, err
 	}
@@ -127,7 +127,7 @@ func (m *Manager) writeFile(ctx context.Context, id, file string, data []byte) e
 func (m *Manager) RevokeGateway(ctx context.Context, id, provider string) (wire.Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err != nil {
 		return sb, err
 	}

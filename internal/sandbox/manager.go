@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -498,9 +499,19 @@ func (m *Manager) Get(ctx context.Context, id string) (wire.Sandbox, error) {
 // getVisible reads the record of sandbox id, which must not be a box that
 // waits unclaimed in a pool: users never see those.
 func (m *Manager) getVisible(ctx context.Context, id string) (wire.Sandbox, error) {
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err == nil && sb.Pool != "" {
 		return wire.Sandbox{}, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, err
+}
+
+// getLive reads the record of sandbox id; a destroyed sandbox whose
+// removal is not done is not found.
+func (m *Manager) getLive(ctx context.Context, id string) (wire.Sandbox, error) {
+	sb, err := m.store.Get(ctx, id)
+	if err == nil && sb.State == wire.StateDestroyed {
+		return wire.Sandbox{}, fmt.Errorf("sandbox %q was destroyed: %w", id, errdefs.ErrNotFound)
 	}
 	return sb, err
 }
@@ -516,6 +527,8 @@ type ListFilter struct {
 // List returns the sandboxes that match f.
 func (m *Manager) List(ctx context.Context, f ListFilter) ([]wire.Sandbox, error) {
 	list, err := m.store.List(ctx, store.Filter{State: f.State, Labels: f.Labels, HidePooled: true})
+	// A destroyed sandbox whose removal is not done is gone for users.
+	list = slices.DeleteFunc(list, func(sb wire.Sandbox) bool { return sb.State == wire.StateDestroyed })
 	for i := range list {
 		list[i] = m.withDeadlines(list[i])
 	}
@@ -527,6 +540,17 @@ func (m *Manager) Count(ctx context.Context) (int, error) { return m.store.Count
 
 // Destroy removes a sandbox and all it owns. Destroying one that does not
 // exist succeeds.
+//
+// With a driver that can kill a box at once (driver.Killer) it answers
+// once the sandbox is gone for everyone and leaves the engine's slow part
+// to the background: the record is marked destroyed (durably: a daemon
+// that dies before the rest is done finishes it at its next start, and the
+// reconciler retries a removal that failed), the agent's connection
+// closes, the firewall rules and the gateway tokens go, then the box's
+// processes are killed. The removal of the container, the workspace (disk
+// or volume), the run dir and the record follow under the sandbox's lock.
+// The rules go before the kill: the box's address is the engine's to give
+// to a new box once it died, and that box must never find these rules.
 func (m *Manager) Destroy(ctx context.Context, id string) error {
 	// A destroy that started finishes even if its caller hangs up; the
 	// daemon's shutdown waits for it.
@@ -536,14 +560,19 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 	}
 	defer end()
 	unlock := m.lock(id)
-	defer unlock()
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			unlock()
+		}
+	}()
 	if m.pools.member(id) {
 		return nil // the pool's, not a user's: it does not exist for them
 	}
 	clock := m.clock("destroy", m.log.With("sandbox", id))
 	defer clock.done()
 	ctx = clock.trace(ctx)
-	_, err = m.store.Get(ctx, id)
+	sb, err := m.store.Get(ctx, id)
 	clock.step("lookup")
 	if errors.Is(err, errdefs.ErrNotFound) {
 		// No record: still remove anything of ours by that id.
@@ -551,14 +580,126 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 	} else if err != nil {
 		return err
 	}
-	if err := m.teardown(ctx, id); err != nil {
-		m.setError(ctx, id, "destroy failed: "+err.Error())
-		return err
+	killer, canKill := m.drv.(driver.Killer)
+	if !canKill || sb.State == wire.StateDestroyed {
+		// No quick kill, or a destroy answered before whose removal is
+		// not done (it failed, and the reconciler has not retried yet):
+		// all of it now.
+		if err := m.teardown(ctx, id); err != nil {
+			if sb.State != wire.StateDestroyed {
+				m.setError(ctx, id, "destroy failed: "+err.Error())
+			}
+			return err
+		}
+		if sb.State != wire.StateDestroyed {
+			m.log.Info("sandbox destroyed", "sandbox", id)
+			m.Event(ctx, id, wire.SandboxEventDestroyed, "", nil)
+		}
+		clock.step("event")
+		return nil
 	}
-	m.log.Info("sandbox destroyed", "sandbox", id)
+	sb.State = wire.StateDestroyed
+	sb.UpdatedAt = time.Now().UTC()
+	if err := m.store.Put(ctx, sb); err != nil {
+		return fmt.Errorf("record sandbox %s as destroyed: %w", id, err)
+	}
+	clock.step("record_destroyed")
+	m.closeConn(id)
+	m.life.activity.forget(id)
+	if err := m.forgetSide(ctx, id); err != nil {
+		return m.destroyFailed(ctx, id, err)
+	}
+	clock.step("firewall_tokens")
+	if err := killer.KillNow(ctx, id); err != nil {
+		return m.destroyFailed(ctx, id, fmt.Errorf("kill box: %w", err))
+	}
+	m.log.Info("sandbox destroyed; removing its box in the background", "sandbox", id)
 	m.Event(ctx, id, wire.SandboxEventDestroyed, "", nil)
 	clock.step("event")
+
+	// The rest outlives the request, under the sandbox's lock (transitions
+	// and the reconciler wait, a second destroy returns when it is done)
+	// and registered with the daemon's operations (its shutdown waits).
+	bctx, bend, err := m.opts.Ops.Detach(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil // shutting down: the next start finishes it
+	}
+	handedOff = true
+	go func() {
+		defer bend()
+		defer unlock()
+		bclock := m.clock("destroy", m.log.With("sandbox", id))
+		defer bclock.done()
+		bctx = bclock.trace(bctx)
+		start := time.Now()
+		if err := m.removeRest(bctx, id); err != nil {
+			m.log.Error("remove a destroyed sandbox's box; the reconciler retries", "sandbox", id, "err", err)
+			return
+		}
+		if m.opts.Steps != nil {
+			m.opts.Steps("destroy", "background_total", time.Since(start))
+		}
+	}()
 	return nil
+}
+
+// destroyFailed ends a destroy whose firewall, tokens or kill failed after
+// the record was marked: everything is removed now, in the request, as
+// without a quick kill. Only when that fails too is the error the caller's
+// (the record stays destroyed, and the reconciler retries).
+func (m *Manager) destroyFailed(ctx context.Context, id string, err error) error {
+	m.log.Warn("quick destroy failed; removing the sandbox in the request", "sandbox", id, "err", err)
+	if terr := m.teardown(ctx, id); terr != nil {
+		return errors.Join(err, terr)
+	}
+	m.Event(ctx, id, wire.SandboxEventDestroyed, "", nil)
+	return nil
+}
+
+// forgetSide removes a sandbox's firewall rules and gateway tokens.
+func (m *Manager) forgetSide(ctx context.Context, id string) error {
+	var errs []error
+	if err := m.forgetEgress(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.forgetGateway(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// removeRest removes what a destroyed sandbox still has once its rules and
+// tokens are gone and its box is dead: the box, its workspace, its run dir
+// and, last, its record (the mark that makes a later daemon finish this).
+func (m *Manager) removeRest(ctx context.Context, id string) error {
+	var errs []error
+	if err := m.drv.Destroy(ctx, id); err != nil {
+		errs = append(errs, fmt.Errorf("destroy box: %w", err))
+	}
+	if err := os.RemoveAll(filepath.Join(m.opts.DataDir, "sandboxes", id)); err != nil {
+		errs = append(errs, fmt.Errorf("remove run dir: %w", err))
+	}
+	driver.TraceStep(ctx, "run_dir")
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := m.store.Delete(ctx, id); err != nil {
+		return fmt.Errorf("delete record: %w", err)
+	}
+	driver.TraceStep(ctx, "delete_record")
+	return nil
+}
+
+// finishDestroy completes the destroy of a sandbox whose record is marked
+// destroyed (a daemon that died before its removal was done, or a removal
+// that failed). The caller holds the sandbox's lock.
+func (m *Manager) finishDestroy(ctx context.Context, id string) {
+	log := m.log.With("sandbox", id)
+	if err := m.teardown(ctx, id); err != nil {
+		log.Error("finish the removal of a destroyed sandbox; retried later", "err", err)
+		return
+	}
+	log.Info("finished the removal of a destroyed sandbox")
 }
 
 // Start brings a stopped sandbox back with the same root filesystem and
@@ -694,6 +835,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 			if err := m.recoverPooled(ctx, sb); err != nil {
 				return err
 			}
+			continue
+		}
+		if sb.State == wire.StateDestroyed {
+			log.Warn("finishing a destroy the daemon did not finish")
+			m.finishDestroy(ctx, sb.ID)
 			continue
 		}
 		if sb.State == wire.StateCreating {

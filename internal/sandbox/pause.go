@@ -18,7 +18,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (wire.Sandbox, error) {
 	}
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err != nil {
 		return sb, err
 	}
@@ -52,7 +52,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (wire.Sandbox, error) {
 	}
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err != nil {
 		return sb, err
 	}

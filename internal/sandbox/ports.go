@@ -14,7 +14,7 @@ import (
 func (m *Manager) SetPortPublic(ctx context.Context, id string, port int, public bool) (wire.Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err != nil {
 		return sb, err
 	}

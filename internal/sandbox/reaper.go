@@ -140,7 +140,7 @@ func (m *Manager) reap(ctx context.Context, now time.Time) {
 // due says whether a timeout of sb fires at now, which, and its action.
 func (m *Manager) due(sb wire.Sandbox, now time.Time) (kind, action string, ok bool) {
 	t := sb.Timeouts
-	if t == nil || sb.State == wire.StateCreating {
+	if t == nil || sb.State == wire.StateCreating || sb.State == wire.StateDestroyed {
 		return "", "", false
 	}
 	if t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) {

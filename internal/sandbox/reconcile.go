@@ -187,6 +187,17 @@ func (m *Manager) reconcile(ctx context.Context) {
 		return
 	}
 	for _, sb := range recs {
+		if sb.State == wire.StateDestroyed {
+			// A destroy answered whose removal failed (or is under way:
+			// then its lock is held and it is left alone).
+			if unlock, ok := m.lockNow(sb.ID); ok {
+				if cur, err := m.store.Get(ctx, sb.ID); err == nil && cur.State == wire.StateDestroyed {
+					m.finishDestroy(ctx, sb.ID)
+				}
+				unlock()
+			}
+			continue
+		}
 		if sb.State != wire.StateRunning && sb.State != wire.StatePaused {
 			continue
 		}

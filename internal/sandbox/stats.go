@@ -34,7 +34,7 @@ func (m *Manager) Stats(ctx context.Context, id string, diskMaxAge time.Duration
 	if m.opts.Stats == nil {
 		return wire.SandboxStats{}, fmt.Errorf("stats: this daemon's driver does not report them: %w", errdefs.ErrNotImplemented)
 	}
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err != nil {
 		return wire.SandboxStats{}, err
 	}

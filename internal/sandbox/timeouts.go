@@ -114,7 +114,7 @@ func (m *Manager) SetTimeouts(ctx context.Context, id string, req wire.SetTimeou
 	}
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.store.Get(ctx, id)
+	sb, err := m.getLive(ctx, id)
 	if err != nil {
 		return sb, err
 	}

@@ -154,6 +154,8 @@ func TestHostileDiskWorkspace(t *testing.T) {
 	if err := d.C.DeleteSandbox(ctx, hog.ID); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
+	// The disk goes in the background after the answer.
+	waitNothingLeft(t, d, hog.ID)
 	if ok, _ := wsdisk.Mounted(mp); ok {
 		t.Errorf("hog's disk still mounted after destroy")
 	}

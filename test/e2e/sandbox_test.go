@@ -119,6 +119,8 @@ func TestSandboxLifecycle(t *testing.T) {
 	if err := d.C.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatalf("destroy twice: %v", err)
 	}
+	// The box and its workspace go in the background after the answer.
+	waitNothingLeft(t, d, sb.ID)
 	if workspaceExists(t, d, sb.ID) {
 		t.Fatalf("workspace of %s still exists after destroy", sb.ID)
 	}
