@@ -64,8 +64,17 @@ func TestDaemonOnPostgres(t *testing.T) {
 	if err := d.C.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
-	if state := pgSandboxState(t, pg, sb.ID); state != "" {
-		t.Errorf("PostgreSQL still holds %s after destroy (state %q)", sb.ID, state)
+	// The record, marked destroyed at the answer, goes last, once the box
+	// is removed in the background.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		state := pgSandboxState(t, pg, sb.ID)
+		if state == "" {
+			break
+		}
+		if state != string(client.StateDestroyed) || time.Now().After(deadline) {
+			t.Errorf("PostgreSQL still holds %s after destroy (state %q)", sb.ID, state)
+			break
+		}
 	}
 }
 
