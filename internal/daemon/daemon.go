@@ -20,8 +20,8 @@ import (
 	dockerclient "github.com/moby/moby/client"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/hotcell/hotcell/internal/api"
 	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/api"
 	"github.com/hotcell/hotcell/internal/apikeys"
 	"github.com/hotcell/hotcell/internal/buildinfo"
 	"github.com/hotcell/hotcell/internal/config"
