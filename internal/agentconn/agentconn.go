@@ -139,6 +139,21 @@ func listen(id, path string, log *slog.Logger, handshake time.Duration) (*Conn, 
 		ln.Close()
 		return nil, fmt.Errorf("chmod agent socket: %w", err)
 	}
+	c := makeConn(id, log, handshake)
+	c.lns = []net.Listener{ln}
+	c.accepting.Add(1)
+	go c.acceptLoop(ln, false)
+	return c, nil
+}
+
+// New returns a Conn for sandbox id that accepts agents only from the
+// listeners AddListener gives it: a sandbox on another host, whose box
+// sees no run dir of the daemon's, is reached through a Channel route.
+func New(id string, log *slog.Logger) *Conn {
+	return makeConn(id, log, handshakeTimeout)
+}
+
+func makeConn(id string, log *slog.Logger, handshake time.Duration) *Conn {
 	c := &Conn{
 		id:      id,
 		log:     log.With("sandbox", id),
@@ -161,10 +176,7 @@ func listen(id, path string, log *slog.Logger, handshake time.Duration) (*Conn, 
 		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
 	c.client = &http.Client{Transport: c.transport}
-	c.lns = []net.Listener{ln}
-	c.accepting.Add(1)
-	go c.acceptLoop(ln, false)
-	return c, nil
+	return c
 }
 
 // AddListener accepts agent connections from ln too, until Close (which
