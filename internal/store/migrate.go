@@ -109,6 +109,13 @@ var migrations = []string{
 		name TEXT PRIMARY KEY,
 		doc  TEXT NOT NULL
 	) WITHOUT ROWID;`,
+	// 9: leases, for electing the one daemon of several sharing a store
+	// that runs a task (see leases.go). expires_at is Unix nanoseconds.
+	`CREATE TABLE IF NOT EXISTS leases (
+		name       TEXT PRIMARY KEY,
+		holder     TEXT NOT NULL,
+		expires_at INTEGER NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // postgresMigrations replace the migrations whose SQLite text postgresDDL
