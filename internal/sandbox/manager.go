@@ -629,6 +629,7 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		defer bend()
 		defer unlock()
 		bclock := m.clock("destroy", m.log.With("sandbox", id))
+		bclock.prefix = "background_"
 		defer bclock.done()
 		bctx = bclock.trace(bctx)
 		start := time.Now()

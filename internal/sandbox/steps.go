@@ -22,6 +22,9 @@ type stepClock struct {
 	op  string
 	obs StepObserver
 	log *slog.Logger
+	// prefix starts every step's name: "background_" for the part of a
+	// destroy that follows its answer.
+	prefix string
 
 	mu          sync.Mutex
 	start, last time.Time
@@ -58,6 +61,7 @@ func traceParallel(ctx context.Context, name string, d time.Duration) {
 
 // step ends the current step under name.
 func (c *stepClock) step(name string) {
+	name = c.prefix + name
 	now := time.Now()
 	c.mu.Lock()
 	d := now.Sub(c.last)
