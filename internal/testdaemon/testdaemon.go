@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,6 +78,11 @@ type Options struct {
 	// daemons never are.
 	EgressSubnetBits int
 }
+
+// AgentChannelEnv, set to "tcp", runs every test daemon (that does not
+// choose its own) with agent_channel = "tcp": the e2e suite then drives
+// every sandbox's agent over the TLS channel instead of its socket.
+const AgentChannelEnv = "HOTCELL_TEST_AGENT_CHANNEL"
 
 // Start starts hotcell serve on a fresh data dir, for t alone: t's
 // cleanup should Close it. The data dir is short and under /tmp because the
@@ -237,6 +243,16 @@ func newDaemon(e env, opts Options, owner testing.TB) (*Daemon, error) {
 		"--egress-subnet", d.EgressSubnet.String(),
 		"--egress-dns-upstream", "127.0.0.1:1",
 	}, opts.Args...)
+	if os.Getenv(AgentChannelEnv) == "tcp" && !slices.Contains(opts.Args, "--agent-channel") {
+		// The port is fixed for the daemon's life: after a Restart it
+		// listens where its boxes were told to dial.
+		addr, err := freeAddr()
+		if err != nil {
+			return fail(err)
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		d.args = append(d.args, "--agent-channel", "tcp", "--agent-listen", ":"+port)
+	}
 	if opts.Store != "" {
 		d.args = append(d.args, "--store", opts.Store)
 	}

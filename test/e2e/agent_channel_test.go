@@ -173,6 +173,18 @@ func TestAgentChannelTCP(t *testing.T) {
 		}
 	})
 
+	t.Run("egress none falls back to the socket", func(t *testing.T) {
+		// A box with no network cannot reach the listener: its agent
+		// takes the run dir's socket, which the daemon also listens on.
+		off := newSandbox(t, d, client.CreateSandboxRequest{Egress: &client.EgressPolicy{Mode: "none"}})
+		if got := mustOK(t, run(t, d, off.ID, "echo up"), "exec without network"); got != "up\n" {
+			t.Errorf("got %q", got)
+		}
+		if p := agentTCPPort(t, d, off.ID, port); p != 0 {
+			t.Errorf("a box with egress none holds a TCP connection from port %d", p)
+		}
+	})
+
 	t.Run("daemon restart", func(t *testing.T) {
 		d.Restart()
 		waitAgentTCP(t, d, sb.ID, port)
