@@ -47,7 +47,8 @@ const (
 // mountOptions: discard gives the host back the blocks of deleted files
 // (the image stays sparse); noinit_itable keeps ext4 from zeroing inode
 // tables in the background, which a sparse image reads as zeros anyway;
-// nodev and nosuid because the content is the sandbox's.
+// nodev and nosuid because the content is the sandbox's. mountLoop passes
+// the same without mount(8); this is the fallback's.
 const mountOptions = "loop,discard,noinit_itable,nodev,nosuid"
 
 // mkfsArgs make ext4 without reserved blocks (the box's root would get them
@@ -293,6 +294,12 @@ func (p *Pool) mount(ctx context.Context, id string) error {
 	}
 	if err := os.MkdirAll(mp, 0o755); err != nil {
 		return fmt.Errorf("workspace disk %s: %w", id, err)
+	}
+	if ok, err := mountLoop(p.image(id), mp); ok {
+		if err != nil {
+			return fmt.Errorf("mount workspace disk %s: %w", id, err)
+		}
+		return nil
 	}
 	if err := run(ctx, "mount", "-t", "ext4", "-o", mountOptions, p.image(id), mp); err != nil {
 		return fmt.Errorf("mount workspace disk %s: %w", id, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,6 +47,11 @@ func TestDiskHoldsItsSize(t *testing.T) {
 	mp := p.MountPoint("sb1")
 	if ok, _ := Mounted(mp); !ok || filepath.Dir(path) != mp {
 		t.Fatalf("%s is not mounted, or %s is not on it", mp, path)
+	}
+	// Mounted nodev and nosuid (the content is the sandbox's), with
+	// discard, whether by mountLoop or mount(8).
+	if opts, super := mountOptionsOf(t, mp); !slices.Contains(opts, "nodev") || !slices.Contains(opts, "nosuid") || !slices.Contains(super, "discard") {
+		t.Errorf("%s mounted with %q, super options %q; want nodev, nosuid and discard", mp, opts, super)
 	}
 	if _, err := os.Stat(filepath.Join(mp, "lost+found")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("lost+found: got %v, want it removed", err)
@@ -204,4 +210,29 @@ func TestSpare(t *testing.T) {
 	if ids, _ := p.IDs(); len(ids) != 3 {
 		t.Errorf("IDs: got %v, want the three disks and no spare", ids)
 	}
+}
+
+// mountOptionsOf returns the mount options and the filesystem's options of
+// the mount at mp, from /proc/self/mountinfo.
+func mountOptionsOf(t *testing.T, mp string) (opts, super []string) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 10 || unescape(f[4]) != mp {
+			continue
+		}
+		i := slices.Index(f, "-")
+		if i < 0 || i+3 >= len(f) {
+			continue
+		}
+		opts, super = strings.Split(f[5], ","), strings.Split(f[i+3], ",")
+	}
+	if opts == nil {
+		t.Fatalf("%s is not in the mount table", mp)
+	}
+	return opts, super
 }
