@@ -114,22 +114,33 @@ func BenchmarkPoolCreate(b *testing.B) {
 	ctx := b.Context()
 	name := poolTemplate(b, d, hotcell.PoolConfig{Min: 5, RefillPerSecond: 20})
 
-	var claim, claimExec, cold, dr []time.Duration
-	claimOnce := func() {
+	var claim, claimExec, other, otherExec, cold, dr []time.Duration
+	// claimWith claims with the template's egress policy (nil: the box
+	// waited under it, no rule changes) or another one (its rules are
+	// switched at the claim).
+	claimWith := func(egress *hotcell.EgressPolicy) (created, ready time.Duration) {
 		waitReady(b, d, name, 1)
 		t0 := time.Now()
-		sb, err := d.C.CreateSandbox(ctx, hotcell.CreateSandboxRequest{Template: name, Env: map[string]string{"OWNER": "bench"}})
-		created := time.Since(t0)
+		sb, err := d.C.CreateSandbox(ctx, hotcell.CreateSandboxRequest{Template: name, Env: map[string]string{"OWNER": "bench"}, Egress: egress})
+		created = time.Since(t0)
 		if err != nil {
 			b.Fatalf("create from pool: %v\n%s", err, d.Logs())
 		}
 		res, err := d.C.Exec(ctx, sb.ID, hotcell.ExecRequest{Argv: []string{"/bin/true"}})
-		ready := time.Since(t0)
+		ready = time.Since(t0)
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("exec right after a claim: %+v, %v", res, err)
 		}
-		claim, claimExec = append(claim, created), append(claimExec, ready)
 		deleteSandbox(b, d, sb.ID)
+		return created, ready
+	}
+	claimOnce := func() {
+		created, ready := claimWith(nil)
+		claim, claimExec = append(claim, created), append(claimExec, ready)
+	}
+	otherOnce := func() {
+		created, ready := claimWith(&hotcell.EgressPolicy{Mode: hotcell.EgressAllowlist, Allow: []string{"example.com:443"}})
+		other, otherExec = append(other, created), append(otherExec, ready)
 	}
 	coldOnce := func() {
 		t0 := time.Now()
@@ -156,9 +167,10 @@ func BenchmarkPoolCreate(b *testing.B) {
 		}
 	}
 	claimOnce()
+	otherOnce()
 	coldOnce()
 	dockerOnce()
-	claim, claimExec, cold, dr = nil, nil, nil, nil
+	claim, claimExec, other, otherExec, cold, dr = nil, nil, nil, nil, nil, nil
 	stepsBefore := metricsText(b, d)
 	before, err := d.C.GetTemplatePool(ctx, name)
 	if err != nil {
@@ -177,6 +189,9 @@ func BenchmarkPoolCreate(b *testing.B) {
 		for range 5 {
 			claimOnce()
 		}
+		for range 2 {
+			otherOnce()
+		}
 	}
 	b.StopTimer()
 	stepsAfter := metricsText(b, d)
@@ -190,6 +205,9 @@ func BenchmarkPoolCreate(b *testing.B) {
 	tb := Table{Title: "create to ready (ms)", Head: []string{"path", "n", "p50", "p95", "p99", "min", "max"}}
 	tb.Row("hotcell create from a warm pool + first exec", itoa(pe.N), Ms(pe.P50), Ms(pe.P95), Ms(p99), Ms(pe.Min), Ms(pe.Max))
 	tb.Row("  of which the create's answer", itoa(p.N), Ms(p.P50), Ms(p.P95), Ms(Percentile(claim, 99)), Ms(p.Min), Ms(p.Max))
+	o, oe := Summarize(other), Summarize(otherExec)
+	tb.Row("  the same with another egress policy + exec", itoa(oe.N), Ms(oe.P50), Ms(oe.P95), Ms(Percentile(otherExec, 99)), Ms(oe.Min), Ms(oe.Max))
+	tb.Row("    of which the create's answer", itoa(o.N), Ms(o.P50), Ms(o.P95), Ms(Percentile(other, 99)), Ms(o.Min), Ms(o.Max))
 	tb.Row("hotcell cold create (no pool)", itoa(c.N), Ms(c.P50), Ms(c.P95), Ms(Percentile(cold, 99)), Ms(c.Min), Ms(c.Max))
 	tb.Row("docker run -d (CLI)", itoa(r.N), Ms(r.P50), Ms(r.P95), Ms(Percentile(dr, 99)), Ms(r.Min), Ms(r.Max))
 	tb.Note("pool claims %d, misses %d during the timed rounds", after.Claims-before.Claims, after.Misses-before.Misses)

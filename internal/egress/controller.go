@@ -349,6 +349,65 @@ func (c *Controller) Apply(ctx context.Context, id string, wp wire.EgressPolicy)
 	return nil
 }
 
+// Claim puts policy wp in force for the pooled box id at its claim. The
+// box has run since this controller put its rules in (its pooled policy)
+// at the address it knows, so it asks the engine nothing, and the rules
+// change with those of concurrent claims in one iptables-restore
+// (firewall.switchTo). Its drop counters, denials and learned addresses
+// start anew: what the box met while pooled is not the claimer's. A box
+// the controller does not know so (its rules are not in force, it learned
+// addresses) takes Apply's way, as does a policy of mode none, which
+// detaches the box.
+func (c *Controller) Claim(ctx context.Context, id string, wp wire.EgressPolicy) error {
+	p, err := ParsePolicy("egress", wp, c.cfg.DefaultMode)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	st, ok := c.sbs[id]
+	known := ok && st.enforced && len(st.learned) == 0
+	var addr netip.Addr
+	var same bool
+	if known {
+		addr = st.addr
+		was, now := st.policy.Wire(), p.Wire()
+		same = was.Mode == now.Mode && slices.Equal(was.Allow, now.Allow) && (addr.IsValid() || p.Mode == wire.EgressNone)
+	}
+	c.mu.Unlock()
+	switch {
+	case same:
+		// The box waited under the policy its claimer asks for: its
+		// rules stay as they are.
+	case !known || !addr.IsValid() || p.Mode == wire.EgressNone:
+		err = c.Apply(ctx, id, wp)
+	default:
+		err = c.fw.switchTo(id, addr, p)
+		if err != nil && !errors.Is(err, errTidy) {
+			return fmt.Errorf("apply egress of %s: %w", id, err)
+		}
+		if err != nil {
+			c.log.Warn("tidy up old rules", "sandbox", id, "err", err)
+		}
+		err = nil
+		c.mu.Lock()
+		st.policy, st.enforced = p, true
+		c.mu.Unlock()
+		c.log.Info("egress applied", "sandbox", id, "mode", p.Mode, "address", addr, "entries", len(p.Entries))
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if st, ok := c.sbs[id]; ok {
+		st.dropBase, st.lastSeen = counters{}, 0
+		st.refused, st.answered, st.logged, st.capped = 0, 0, 0, 0
+		st.denied = nil
+		st.queries = tokenBucket{}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
 func (c *Controller) setAddr(st *sandboxState, addr netip.Addr) {
 	if st.addr.IsValid() && c.byAddr[st.addr] == st {
 		delete(c.byAddr, st.addr)

@@ -170,7 +170,12 @@ type firewall struct {
 	inventoried bool
 	unsure      map[string]bool
 	// hasAny are the keys whose any-port set (anySet) this daemon made.
+	// Such a set holds exactly the any-port members of dyn[key].
 	hasAny map[string]bool
+
+	// pending are the switches (switchTo) waiting for the next batch.
+	pendMu  sync.Mutex
+	pending []*switchReq
 }
 
 func newFirewall(ipt iptablesAPI, sets ipsetAPI, network string, subnet netip.Prefix, gateway netip.Addr, gatewayPorts []int, allowPrivate []netip.Prefix) *firewall {
@@ -447,6 +452,12 @@ func (f *firewall) dynDrop(key string) [][]string {
 func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (old counters, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.applyLocked(id, addr, p, dyn, true)
+}
+
+// applyLocked is apply under f.mu; counts reads the replaced chains' drop
+// counters (a process per chain).
+func (f *firewall) applyLocked(id string, addr netip.Addr, p Policy, dyn []dynRule, counts bool) (old counters, err error) {
 	key := sandboxKey(id)
 	gen := newGen()
 	for gen == f.current[key] {
@@ -542,7 +553,7 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 	f.current[key] = gen
 	f.addrs[key] = addr
 	var errs []error
-	if old, err = f.removeOld(key, gen, oldGen, oldAddr, true); err != nil {
+	if old, err = f.removeOld(key, gen, oldGen, oldAddr, counts); err != nil {
 		errs = append(errs, err)
 	}
 	keep := map[dynRule]bool{}
@@ -568,6 +579,133 @@ func (f *firewall) apply(id string, addr netip.Addr, p Policy, dyn []dynRule) (o
 		return old, fmt.Errorf("%w: %w", errTidy, err)
 	}
 	return old, nil
+}
+
+// switchReq is one sandbox's change of policy waiting for a batch.
+type switchReq struct {
+	id   string
+	addr netip.Addr
+	p    Policy
+	done chan struct{}
+	err  error
+}
+
+// switchTo puts policy p in force for sandbox id at addr, forgetting its
+// learned addresses and the drop counters of its rules: the change of a
+// pooled box's policy at its claim, on the claim's path. Concurrent
+// callers' changes go in together: whoever takes the firewall's lock next
+// makes the changes of everyone waiting (its own included) in one
+// iptables-restore, so N concurrent claims cost one process and one load
+// of the table instead of N, one after the other. A box whose old rules
+// this firewall put in at addr (known by name, no learned addresses) needs
+// nothing else: its new chains, its jump and the removal of the old jump
+// and chains are one transaction, so the old rules stay in force until
+// the new ones are, and a failure changes nothing. Any other box, or a
+// batch the kernel refused, takes apply's way, one box at a time.
+func (f *firewall) switchTo(id string, addr netip.Addr, p Policy) error {
+	r := &switchReq{id: id, addr: addr, p: p, done: make(chan struct{})}
+	f.pendMu.Lock()
+	f.pending = append(f.pending, r)
+	f.pendMu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-r.done:
+		// Made by the batch of whoever held the lock before.
+		return r.err
+	default:
+	}
+	f.pendMu.Lock()
+	batch := f.pending
+	f.pending = nil
+	f.pendMu.Unlock()
+	f.switchBatch(batch)
+	return r.err
+}
+
+// switchBatch makes the switches of batch under f.mu and ends each.
+func (f *firewall) switchBatch(batch []*switchReq) {
+	type prepared struct {
+		q                       *switchReq
+		key, gen                string
+		mainC, dynC, oldM, oldD string
+		jump, oldJump           []string
+		mainSpecs, dynSpecs     [][]string
+	}
+	var fast []prepared
+	var slow []*switchReq
+	r, canRestore := f.ipt.(restorer)
+	seen := map[string]bool{}
+	for _, q := range batch {
+		key := sandboxKey(q.id)
+		oldGen := f.current[key]
+		if !canRestore || !f.inventoried || f.unsure[key] || seen[key] || oldGen == "" ||
+			f.addrs[key] != q.addr || len(f.dyn[key]) > 0 || (q.p.Mode == wire.EgressAllowlist && !f.hasAny[key]) {
+			slow = append(slow, q)
+			continue
+		}
+		seen[key] = true
+		gen := newGen()
+		for gen == oldGen {
+			gen = newGen()
+		}
+		pr := prepared{q: q, key: key, gen: gen}
+		pr.mainC, pr.dynC = chainNames(key, gen)
+		pr.oldM, pr.oldD = chainNames(key, oldGen)
+		src := netip.PrefixFrom(q.addr, 32).String()
+		pr.jump = []string{"-s", src, "-g", pr.mainC}
+		pr.oldJump = []string{"-s", src, "-g", pr.oldM}
+		if q.p.Mode == wire.EgressAllowlist {
+			// The box's any-port set is there and empty (it learned
+			// nothing): the new dynamic chain uses it as it is.
+			pr.dynSpecs = f.dynRules(key)
+		}
+		pr.dynSpecs = append(pr.dynSpecs, f.dynDrop(key)...)
+		pr.mainSpecs = f.policyRules(q.id, q.p, pr.dynC)
+		fast = append(fast, pr)
+	}
+	if len(fast) > 0 {
+		// Declarations first, then the rules; the old main chain refers
+		// to the old dynamic one, so it is flushed first.
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%s\n", table)
+		for _, pr := range fast {
+			fmt.Fprintf(&b, ":%s - [0:0]\n:%s - [0:0]\n", pr.dynC, pr.mainC)
+		}
+		for _, pr := range fast {
+			for _, spec := range pr.dynSpecs {
+				b.WriteString(restoreLine("-A", pr.dynC, spec))
+			}
+			for _, spec := range pr.mainSpecs {
+				b.WriteString(restoreLine("-A", pr.mainC, spec))
+			}
+			b.WriteString(restoreLine("-I", f.base+" 1", pr.jump))
+			b.WriteString(restoreLine("-D", f.base, pr.oldJump))
+			fmt.Fprintf(&b, "-F %s\n-F %s\n-X %s\n-X %s\n", pr.oldM, pr.oldD, pr.oldM, pr.oldD)
+		}
+		b.WriteString("COMMIT\n")
+		if err := r.Restore(b.String()); err != nil {
+			// Nothing changed; each goes apply's way, which finds out
+			// which one the kernel refused (or what changed behind
+			// the firewall's back) and tidies up by listing.
+			for _, pr := range fast {
+				slow = append(slow, pr.q)
+			}
+		} else {
+			for _, pr := range fast {
+				f.current[pr.key] = pr.gen
+				f.dyn[pr.key] = map[dynRule]bool{}
+				// An open box keeps its empty any-port set until it is
+				// forgotten: nothing refers to it, and removing it
+				// would cost a process on the claim's path.
+				close(pr.q.done)
+			}
+		}
+	}
+	for _, q := range slow {
+		_, q.err = f.applyLocked(q.id, q.addr, q.p, nil, false)
+		close(q.done)
+	}
 }
 
 // dynRules are the rules of a sandbox's dynamic chain before its drop:

@@ -610,6 +610,9 @@ func (r *restoringIPT) Restore(rules string) error {
 		switch {
 		case strings.HasPrefix(l, ":"):
 			err = r.NewChain(table, strings.Fields(l[1:])[0])
+		case strings.HasPrefix(l, "-A "):
+			args := restoreFields(l)
+			err = r.Append(table, args[1], args[2:]...)
 		case strings.HasPrefix(l, "-I "):
 			err = r.Insert(table, f[1], 1, f[3:]...)
 		case strings.HasPrefix(l, "-D "):
@@ -623,6 +626,20 @@ func (r *restoringIPT) Restore(rules string) error {
 		}
 	}
 	return nil
+}
+
+// restoreFields splits a restore line as iptables-restore does: quoted
+// arguments keep their spaces.
+func restoreFields(l string) []string {
+	var out []string
+	for i, part := range strings.Split(l, `"`) {
+		if i%2 == 1 {
+			out = append(out, part)
+			continue
+		}
+		out = append(out, strings.Fields(part)...)
+	}
+	return out
 }
 
 func (r *restoringIPT) ListChains(table string) ([]string, error) {
@@ -757,4 +774,112 @@ func TestRestoreLine(t *testing.T) {
 	if want := "-A HCE-x -m comment --comment \"hotcell: a b\" -j DROP\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
+}
+
+// TestFirewallClaimBatch: claims that come together switch their boxes'
+// rules in one iptables-restore, each box's new chains, jump and the
+// removal of its old ones in that one transaction; a claim of the policy
+// the box waited under changes nothing; a box whose rules changed behind
+// the firewall's back makes the batch fail whole, and each claim then
+// takes apply's way and still ends with its rules alone in force.
+func TestFirewallClaimBatch(t *testing.T) {
+	t.Parallel()
+	c, ipt := testController(t, 7)
+	r := &restoringIPT{fakeIPT: ipt}
+	c.fw.ipt = r
+	ctx := t.Context()
+	pooled := wire.EgressPolicy{Mode: wire.EgressAllowlist}
+	mustApply(t, c, idA, pooled)
+	mustApply(t, c, idB, pooled)
+	gens := func() (string, string) {
+		c.fw.mu.Lock()
+		defer c.fw.mu.Unlock()
+		return c.fw.current[sandboxKey(idA)], c.fw.current[sandboxKey(idB)]
+	}
+	oldA, oldB := gens()
+
+	// The same policy: nothing to do.
+	r.payloads = nil
+	if err := c.Claim(ctx, idA, pooled); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := gens(); len(r.payloads) != 0 || a != oldA {
+		t.Fatalf("a claim of the box's own policy changed its rules: %d restores, generation %s to %s", len(r.payloads), oldA, a)
+	}
+
+	// Two claims while the firewall is busy: one batch.
+	c.fw.mu.Lock()
+	errs := make(chan error, 2)
+	go func() { errs <- c.Claim(ctx, idA, wire.EgressPolicy{Mode: wire.EgressOpen}) }()
+	go func() {
+		errs <- c.Claim(ctx, idB, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test", "203.0.113.0/24"}})
+	}()
+	for {
+		c.fw.pendMu.Lock()
+		n := len(c.fw.pending)
+		c.fw.pendMu.Unlock()
+		if n == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.fw.mu.Unlock()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(r.payloads) != 1 {
+		t.Fatalf("two claims together: got %d restores, want 1", len(r.payloads))
+	}
+	newA, newB := gens()
+	mainA, _ := chainNames(sandboxKey(idA), newA)
+	mainB, dynB := chainNames(sandboxKey(idB), newB)
+	payload := r.payloads[0]
+	for _, want := range []string{
+		"-A " + mainA + " -j RETURN\n",                   // open
+		"-A " + mainB + " -d 203.0.113.0/24 -j RETURN\n", // the allowed network
+		"-A " + dynB + " -m set --match-set " + anySet(sandboxKey(idB)) + " dst -j RETURN\n",
+		"-D " + c.fw.base + " -s 10.214.5.2/32 -g HCE-aaaaaaaaaaaa-" + oldA + "\n",
+		"-X HCE-bbbbbbbbbbbb-" + oldB + "\n",
+		"-X HCD-bbbbbbbbbbbb-" + oldB + "\n",
+	} {
+		if !strings.Contains(payload, want) {
+			t.Errorf("the batch lacks %q:\n%s", want, payload)
+		}
+	}
+	for _, id := range []string{idA, idB} {
+		if !c.fw.sandboxOK(id) {
+			t.Errorf("%s: its new jump is not in place", id)
+		}
+	}
+	ipt.mu.Lock()
+	for _, gone := range []string{"HCE-aaaaaaaaaaaa-" + oldA, "HCD-aaaaaaaaaaaa-" + oldA, "HCE-bbbbbbbbbbbb-" + oldB, "HCD-bbbbbbbbbbbb-" + oldB} {
+		if _, ok := ipt.chains[gone]; ok {
+			t.Errorf("the old chain %s is left", gone)
+		}
+	}
+	ipt.mu.Unlock()
+
+	// B's jump vanishes behind the firewall's back: the batch fails,
+	// apply's way finds what is left and replaces it.
+	ipt.mu.Lock()
+	base := ipt.chains[c.fw.base]
+	ipt.chains[c.fw.base] = slices.DeleteFunc(slices.Clone(base), func(rule string) bool { return strings.Contains(rule, mainB) })
+	ipt.mu.Unlock()
+	if err := c.Claim(ctx, idB, wire.EgressPolicy{Mode: wire.EgressOpen}); err != nil {
+		t.Fatal(err)
+	}
+	_, nowB := gens()
+	if nowB == newB || !c.fw.sandboxOK(idB) {
+		t.Errorf("after the failed batch: generation %s (was %s), jump in place %v", nowB, newB, c.fw.sandboxOK(idB))
+	}
+	ipt.mu.Lock()
+	for name := range ipt.chains {
+		if strings.Contains(name, "bbbbbbbbbbbb") && !strings.HasSuffix(name, "-"+nowB) {
+			t.Errorf("chain %s of an older generation is left", name)
+		}
+	}
+	ipt.mu.Unlock()
+	checkInvariants(t, c, ipt)
 }

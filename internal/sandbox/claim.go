@@ -123,21 +123,37 @@ func (m *Manager) claimBox(ctx context.Context, clock *stepClock, id string, req
 		maps.Copy(env, vars)
 		clock.step("gateway")
 	}
-	if len(env) > 0 {
+	// The env and the egress policy are independent: they go at once.
+	// No process runs in the box until both are in (the claimer has not
+	// had its answer), and the box can reach nothing meanwhile (its
+	// pooled rules allow nothing).
+	envDone := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		if len(env) == 0 {
+			envDone <- nil
+			return
+		}
 		// Kept on the host, outside the run dir the box sees, and sent
 		// again each time the agent connects (sendEnv).
 		if err := m.writeEnv(id, env); err != nil {
-			return fail(err)
+			envDone <- err
+			return
 		}
 		if err := putEnv(ctx, conn.Transport(), env); err != nil {
-			return fail(fmt.Errorf("set the sandbox's env: %w", err))
+			envDone <- fmt.Errorf("set the sandbox's env: %w", err)
+			return
 		}
-		clock.step("env")
-	}
-	if err := m.applyEgress(ctx, sb); err != nil {
+		traceParallel(ctx, "env_parallel", time.Since(began))
+		envDone <- nil
+	}()
+	egressErr := m.claimEgress(ctx, sb)
+	traceParallel(ctx, "egress_parallel", time.Since(began))
+	envErr := <-envDone
+	if err := errors.Join(egressErr, envErr); err != nil {
 		return fail(err)
 	}
-	clock.step("egress")
+	clock.step("egress_env")
 	m.Touch(id)
 	var spec driver.Spec
 	m.prepareEgress(&spec, sb)
@@ -235,15 +251,14 @@ func (m *Manager) createPooled(ctx context.Context, name string, t wire.Template
 	if err := m.drv.EnsureImage(ctx, t.Image, func(string) {}); err != nil {
 		return "", err
 	}
-	var egress *wire.EgressPolicy
-	if m.opts.Egress != nil {
-		// On the egress network with nothing allowed: a claim into an
-		// open or allowlist policy changes rules only.
-		p, err := m.opts.Egress.Resolve(wire.EgressPolicy{Mode: wire.EgressAllowlist})
-		if err != nil {
-			return "", err
-		}
-		egress = &p
+	// The box waits under the policy a create from the template gets by
+	// default (the template's, else the daemon's default mode): a claim
+	// that asks for it changes no rule, one that asks for another
+	// switches the rules in one iptables-restore (egress Claim). Nothing
+	// runs in the box meanwhile but its agent, which opens no connection.
+	egress, err := m.egressPolicy(req.Egress)
+	if err != nil {
+		return "", err
 	}
 	now := time.Now().UTC()
 	sb := wire.Sandbox{

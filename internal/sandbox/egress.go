@@ -22,6 +22,10 @@ type EgressHook interface {
 	// Apply puts p in force for a running box; a failure leaves the
 	// previous rules in force.
 	Apply(ctx context.Context, id string, p wire.EgressPolicy) error
+	// Claim is Apply for a pooled box at its claim: the box has run
+	// since its pooled rules went in, and what it met while pooled
+	// (drops, denials) is not the claimer's.
+	Claim(ctx context.Context, id string, p wire.EgressPolicy) error
 	// Release removes the rules of a box that stopped.
 	Release(ctx context.Context, id string) error
 	// Forget removes the rules and the state of a destroyed sandbox.
@@ -65,6 +69,17 @@ func (m *Manager) applyEgress(ctx context.Context, sb wire.Sandbox) error {
 		return nil
 	}
 	if err := m.opts.Egress.Apply(ctx, sb.ID, *sb.Egress); err != nil {
+		return fmt.Errorf("apply egress policy: %w", err)
+	}
+	return nil
+}
+
+// claimEgress puts a claimed box's policy in force.
+func (m *Manager) claimEgress(ctx context.Context, sb wire.Sandbox) error {
+	if m.opts.Egress == nil || sb.Egress == nil {
+		return nil
+	}
+	if err := m.opts.Egress.Claim(ctx, sb.ID, *sb.Egress); err != nil {
 		return fmt.Errorf("apply egress policy: %w", err)
 	}
 	return nil
