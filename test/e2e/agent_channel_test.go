@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -214,6 +215,31 @@ func TestAgentChannelTCP(t *testing.T) {
 	})
 }
 
+// hostAddrs returns up to three of the host's IPv4 addresses outside
+// loopback and d's egress subnet.
+func hostAddrs(t *testing.T, d *testdaemon.Daemon) []string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.To4() == nil || ipn.IP.IsLoopback() {
+			continue
+		}
+		if ap, ok := netip.AddrFromSlice(ipn.IP.To4()); ok && !d.EgressSubnet.Contains(ap) {
+			out = append(out, ap.String())
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the host has no IPv4 address besides loopback and the egress network")
+	}
+	// Each costs a 3 s timeout; other test daemons' bridges add many.
+	return out[:min(len(out), 3)]
+}
+
 // containerOf returns the id of sandbox id's container.
 func containerOf(t *testing.T, id string) string {
 	t.Helper()
@@ -272,6 +298,31 @@ func TestHostileAgentChannel(t *testing.T) {
 		t.Errorf("the neighbour's session was replaced: connection from port %d, was %d", got, neighbourConn)
 	}
 	mustOK(t, run(t, d, neighbour.ID, "true"), "the neighbour answers")
+
+	// The firewall opens the listener's port on the egress gateway address
+	// only: on the host's other addresses (it listens on all of them) the
+	// box cannot reach it, nor any other port of the gateway's.
+	np, err := os.Open(testenv.GoBuild(t, "./test/e2e/testdata/netprobe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer np.Close()
+	if _, err := d.C.WriteFile(ctx, hostile.ID, "/workspace/netprobe", np, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gw := d.EgressSubnet.Addr().Next()
+	if got := mustOK(t, run(t, d, hostile.ID, fmt.Sprintf("/workspace/netprobe tcp %s:%d", gw, port)), "netprobe"); !strings.HasPrefix(got, "connected") {
+		t.Errorf("the listener on the gateway address: %s", got)
+	}
+	for _, addr := range hostAddrs(t, d) {
+		got := mustOK(t, run(t, d, hostile.ID, fmt.Sprintf("/workspace/netprobe tcp %s", net.JoinHostPort(addr, strconv.Itoa(port)))), "netprobe")
+		if !strings.HasPrefix(got, "error") {
+			t.Errorf("the listener on the host's address %s: %s", addr, got)
+		}
+	}
+	if got := mustOK(t, run(t, d, hostile.ID, fmt.Sprintf("/workspace/netprobe tcp %s:%d", gw, port+1)), "netprobe"); !strings.HasPrefix(got, "error") {
+		t.Errorf("another port of the gateway address: %s", got)
+	}
 
 	// Slow-loris: 20 silent and 20 trickling connections held up to 30 s.
 	// Meanwhile the neighbour restarts, and its agent must get through.
