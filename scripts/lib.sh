@@ -331,3 +331,6 @@ ensure_code_image() {
 	log "checking the code-interpreter image hotcell/code:latest (built once, ~3 minutes)"
 	"$HOTCELL_ROOT/bin/hotcell" image build --code --if-stale
 }
+
+# The test cluster (scripts/k8s, docs/kubernetes.md).
+. "$HOTCELL_ROOT/scripts/lib-k8s.sh"

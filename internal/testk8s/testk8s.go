@@ -1,0 +1,270 @@
+// Package testk8s gives tests the real single-node Kubernetes cluster that
+// scripts/k8s brings up (docs/kubernetes.md). Outside CI a missing cluster
+// skips the test with how to start one; with CI set it fails, as
+// internal/testenv does for Docker.
+package testk8s
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/testenv"
+)
+
+// DefaultEnvFile is where scripts/k8s up records the cluster's coordinates;
+// HOTCELL_K8S_ENV names another file.
+const DefaultEnvFile = "/var/lib/hotcell-k8s/env"
+
+// Env is how a test reaches the cluster.
+type Env struct {
+	// Kubeconfig is an admin kubeconfig (system:masters).
+	Kubeconfig string
+	// HostIP is the host's address on the pods' bridge: pods reach the host
+	// there (never on loopback), so a daemon that pods dial listens on it.
+	HostIP string
+	// KubectlPath is the path of a kubectl of the cluster's version.
+	KubectlPath string
+	// Containerd is the socket of the cluster's own containerd.
+	Containerd string
+	// Node is the name of the cluster's one node.
+	Node string
+}
+
+var cluster struct {
+	once sync.Once
+	env  *Env
+	err  error
+}
+
+// Cluster returns the test cluster, once it has checked that its API server
+// answers. It is shared by the whole test process.
+func Cluster(t testing.TB) *Env {
+	t.Helper()
+	cluster.once.Do(func() { cluster.env, cluster.err = load() })
+	if cluster.err != nil {
+		testenv.SkipOrFail(t, "needs the test cluster (start it with: sudo scripts/k8s up): %v", cluster.err)
+	}
+	return cluster.env
+}
+
+func load() (*Env, error) {
+	path := os.Getenv("HOTCELL_K8S_ENV")
+	if path == "" {
+		path = DefaultEnvFile
+	}
+	vars, err := readEnvFile(path)
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{
+		Kubeconfig:  vars["HOTCELL_K8S_KUBECONFIG"],
+		HostIP:      vars["HOTCELL_K8S_HOST_IP"],
+		KubectlPath: vars["HOTCELL_K8S_KUBECTL"],
+		Containerd:  vars["HOTCELL_K8S_CONTAINERD"],
+		Node:        vars["HOTCELL_K8S_NODE"],
+	}
+	if e.Kubeconfig == "" || e.HostIP == "" || e.KubectlPath == "" || e.Containerd == "" || e.Node == "" {
+		return nil, fmt.Errorf("%s lacks some of HOTCELL_K8S_KUBECONFIG, _HOST_IP, _KUBECTL, _CONTAINERD, _NODE", path)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	out, err := e.kubectl(ctx, nil, "get", "--raw", "/readyz")
+	if err != nil {
+		return nil, fmt.Errorf("the API server does not answer: %v", err)
+	}
+	if strings.TrimSpace(out) != "ok" {
+		return nil, fmt.Errorf("the API server is not ready: %q", out)
+	}
+	return e, nil
+}
+
+// readEnvFile reads KEY=VALUE lines.
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	vars := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if ok && !strings.HasPrefix(k, "#") {
+			vars[k] = v
+		}
+	}
+	return vars, sc.Err()
+}
+
+// ExitError is a kubectl that ran and exited non-zero.
+type ExitError struct {
+	Args   []string
+	Code   int
+	Stderr string
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("kubectl %s: exit %d: %s", strings.Join(e.Args, " "), e.Code, strings.TrimSpace(e.Stderr))
+}
+
+func (e *Env) kubectl(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, e.KubectlPath, append([]string{"--kubeconfig", e.Kubeconfig}, args...)...)
+	cmd.Stdin = stdin
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if xe := (*exec.ExitError)(nil); errors.As(err, &xe) && ctx.Err() == nil {
+		return out.String(), &ExitError{Args: args, Code: xe.ExitCode(), Stderr: errb.String()}
+	}
+	if err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// Kubectl runs kubectl against the cluster with stdin (nil for none) and
+// returns its stdout; a non-zero exit is an *ExitError with the code and
+// stderr.
+func (e *Env) Kubectl(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
+	return e.kubectl(ctx, stdin, args...)
+}
+
+// MustKubectl is Kubectl that fails the test on any error.
+func (e *Env) MustKubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := e.kubectl(ctx, nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Namespace creates a namespace of its own for the test, ready for pods
+// (its default service account exists), and deletes it when the test ends,
+// waiting until it and its pods are gone.
+func (e *Env) Namespace(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 4)
+	rand.Read(b)
+	ns := "hc-t-" + hex.EncodeToString(b)
+	e.MustKubectl(t, "create", "namespace", ns)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		// Pods first, without a grace period: a namespace waits for its pods.
+		if _, err := e.kubectl(ctx, nil, "-n", ns, "delete", "pods", "--all", "--force", "--grace-period=0", "--wait=false"); err != nil {
+			t.Errorf("cleanup namespace %s: %v", ns, err)
+		}
+		if _, err := e.kubectl(ctx, nil, "delete", "namespace", ns, "--wait=true", "--timeout=110s"); err != nil {
+			t.Errorf("cleanup namespace %s: %v", ns, err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		if _, err := e.kubectl(ctx, nil, "-n", ns, "get", "serviceaccount", "default"); err == nil {
+			return ns
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("namespace %s: no default service account after a minute (is kube-controller-manager running? sudo scripts/k8s status)", ns)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+var imports sync.Map // image ref -> *importResult
+
+type importResult struct {
+	once sync.Once
+	err  error
+}
+
+// ImportImage copies image ref from the host's Docker Engine into the
+// cluster's containerd, once per test process and only when the cluster
+// lacks that image ID (there is no registry: pods name it with
+// imagePullPolicy Never or IfNotPresent).
+func (e *Env) ImportImage(t testing.TB, ref string) {
+	t.Helper()
+	v, _ := imports.LoadOrStore(ref, &importResult{})
+	r := v.(*importResult)
+	r.once.Do(func() { r.err = e.importImage(ref) })
+	if r.err != nil {
+		t.Fatalf("import %s into the test cluster: %v", ref, r.err)
+	}
+}
+
+func (e *Env) ctr(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ctr", append([]string{"--address", e.Containerd, "-n", "k8s.io"}, args...)...)
+}
+
+func (e *Env) importImage(ref string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "image", "inspect", "-f", "{{.Id}}", ref).Output()
+	if err != nil {
+		return fmt.Errorf("docker image inspect: %w", err)
+	}
+	id := strings.TrimSpace(string(out))
+	if e.hasImage(ctx, ref, id) {
+		return nil
+	}
+	save := exec.CommandContext(ctx, "docker", "save", ref)
+	imp := e.ctr(ctx, "images", "import", "-")
+	pipe, err := save.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	imp.Stdin = pipe
+	var serr, ierr bytes.Buffer
+	save.Stderr, imp.Stderr = &serr, &ierr
+	if err := save.Start(); err != nil {
+		return err
+	}
+	ie := imp.Run()
+	se := save.Wait()
+	if se != nil {
+		return fmt.Errorf("docker save: %w: %s", se, strings.TrimSpace(serr.String()))
+	}
+	if ie != nil {
+		return fmt.Errorf("ctr images import: %w: %s", ie, strings.TrimSpace(ierr.String()))
+	}
+	if !e.hasImage(ctx, ref, id) {
+		return fmt.Errorf("ctr imported %s but the cluster does not list it with config %s", ref, id)
+	}
+	return nil
+}
+
+// hasImage reports whether the cluster's containerd has ref (as Docker
+// names it, or normalised under docker.io/) with config digest id.
+func (e *Env) hasImage(ctx context.Context, ref, id string) bool {
+	out, err := e.ctr(ctx, "images", "ls").Output()
+	if err != nil {
+		return false
+	}
+	names := []string{ref, "docker.io/" + ref, "docker.io/library/" + ref}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || !slices.Contains(names, f[0]) {
+			continue
+		}
+		m, err := e.ctr(ctx, "content", "get", f[2]).Output()
+		return err == nil && bytes.Contains(m, []byte(id))
+	}
+	return false
+}
