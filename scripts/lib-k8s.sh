@@ -242,7 +242,7 @@ k8s_config() {
 		k8s_cert admin kubernetes-admin system:masters
 		k8s_cert controller-manager system:kube-controller-manager
 		k8s_cert scheduler system:kube-scheduler
-		k8s_cert kubelet "system:node:$K8S_NODE" system:nodes "DNS:$K8S_NODE,IP:127.0.0.1"
+		k8s_cert kubelet "system:node:$K8S_NODE" system:nodes "DNS:$K8S_NODE,IP:127.0.0.1,IP:$K8S_HOST_IP"
 		openssl ecparam -name prime256v1 -genkey -noout -out "$pki/sa.key" 2>/dev/null
 		openssl ec -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 		chmod 0600 "$pki"/*.key
@@ -317,7 +317,10 @@ JSON
 	cat >"$s/kubelet/config.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+# The node's address must not be loopback (the kubelet refuses it), and the
+# API server dials the kubelet at the node's address: both are the bridge's.
+# Pods can reach this port; it takes only client certificates of the CA.
+address: $K8S_HOST_IP
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -431,7 +434,7 @@ k8s_up() {
 
 	local pki=$s/pki
 	k8s_start kube-apiserver "$K8S_BIN_DIR/kube-apiserver" \
-		--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$K8S_APISERVER_PORT" \
+		--bind-address=127.0.0.1 --advertise-address="$K8S_HOST_IP" --secure-port="$K8S_APISERVER_PORT" \
 		--etcd-servers=http://127.0.0.1:2379 \
 		--service-cluster-ip-range="$K8S_SERVICE_CIDR" \
 		--client-ca-file="$pki/ca.crt" --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
@@ -454,9 +457,23 @@ k8s_up() {
 		--kubeconfig="$s/scheduler.kubeconfig" \
 		--authentication-kubeconfig="$s/scheduler.kubeconfig" --authorization-kubeconfig="$s/scheduler.kubeconfig" \
 		--bind-address=127.0.0.1 --leader-elect=false --profiling=false
+	# The kubelet puts its pods under cgroupRoot, which must exist in every
+	# hierarchy (a new cpuset starts with no CPUs and no memory nodes).
+	local h
+	for h in /sys/fs/cgroup/*/; do
+		case "$h" in */unified/) continue ;; esac
+		[ -f "$h/cgroup.procs" ] || continue
+		mkdir -p "$h/hotcell-k8s"
+	done
+	if [ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]; then
+		[ -n "$(cat /sys/fs/cgroup/cpuset/hotcell-k8s/cpuset.cpus)" ] ||
+			cat /sys/fs/cgroup/cpuset/cpuset.cpus >/sys/fs/cgroup/cpuset/hotcell-k8s/cpuset.cpus
+		[ -n "$(cat /sys/fs/cgroup/cpuset/hotcell-k8s/cpuset.mems)" ] ||
+			cat /sys/fs/cgroup/cpuset/cpuset.mems >/sys/fs/cgroup/cpuset/hotcell-k8s/cpuset.mems
+	fi
 	k8s_start kubelet "$K8S_BIN_DIR/kubelet" --config="$s/kubelet/config.yaml" \
 		--kubeconfig="$s/kubelet.kubeconfig" --root-dir="$s/kubelet" --cert-dir="$s/kubelet/pki" \
-		--hostname-override="$K8S_NODE" --node-ip=127.0.0.1
+		--hostname-override="$K8S_NODE" --node-ip="$K8S_HOST_IP"
 	k8s_wait kube-controller-manager 60 "$s/log/kube-controller-manager.log" k8s_healthz https://127.0.0.1:10257/healthz || return 1
 	k8s_wait kube-scheduler 60 "$s/log/kube-scheduler.log" k8s_healthz https://127.0.0.1:10259/healthz || return 1
 	k8s_wait kubelet 60 "$s/log/kubelet.log" k8s_healthz http://127.0.0.1:10248/healthz || return 1
@@ -536,9 +553,13 @@ k8s_down() {
 	k8s_stop kube-scheduler
 	if k8s_running kube-apiserver && k8s_running kubelet; then
 		k8s_kubectl delete pods --all-namespaces --all --force --grace-period=0 --wait=false >/dev/null 2>&1 || true
-		# The kubelet stops each sandbox, and the CNI releases its address.
+		# The kubelet stops each sandbox, and the CNI releases its address:
+		# wait until no task runs and no address is leased.
 		for ((i = 0; i < 240; i++)); do
-			k8s_ctr containers ls -q 2>/dev/null | grep -q . || break
+			if ! k8s_ctr tasks ls 2>/dev/null | grep -q RUNNING &&
+				! ls "$s/cni/networks/hotcell-k8s" 2>/dev/null | grep -q '^[0-9]'; then
+				break
+			fi
 			[ $((i % 20)) -eq 19 ] && k8s_kubectl delete pods --all-namespaces --all --force --grace-period=0 --wait=false >/dev/null 2>&1
 			sleep 0.25
 		done
@@ -567,7 +588,7 @@ k8s_down() {
 	done
 	# Mounts under the state directory (sandbox shm, overlay roots), then the
 	# pods' network namespaces containerd made.
-	findmnt -rn -o TARGET | grep -F "$s/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+	{ findmnt -rn -o TARGET | grep -F "$s/" || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	for m in /var/run/netns/cni-*; do
 		[ -e "$m" ] || continue
 		# Only ours: a namespace with an address in K8S_POD_CIDR.
@@ -577,7 +598,9 @@ k8s_down() {
 	done
 	ip link del "$K8S_BRIDGE" 2>/dev/null || true
 	if [ "$(cat "$s/cni-forward-before" 2>/dev/null)" = no ]; then
-		while iptables -w -D FORWARD -j CNI-FORWARD 2>/dev/null; do :; done
+		# The plugin's jump carries a comment: delete each rule as listed.
+		iptables -w -S FORWARD 2>/dev/null | grep -e '-j CNI-FORWARD$' | sed 's/^-A FORWARD //' |
+			while read -r m; do eval "iptables -w -D FORWARD $m" 2>/dev/null || true; done || true
 		iptables -w -F CNI-FORWARD 2>/dev/null || true
 		iptables -w -X CNI-FORWARD 2>/dev/null || true
 		iptables -w -F CNI-ADMIN 2>/dev/null || true
@@ -590,8 +613,46 @@ k8s_down() {
 	rmdir /var/log/containers 2>/dev/null || true
 	rm -f /var/lib/cni/results/hotcell-k8s-*
 	rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
+	local fwd
+	fwd=$(cat "$s/cni-forward-before" 2>/dev/null || echo yes)
 	rm -rf "$s"
+	if ! k8s_leftovers "$fwd"; then
+		printf 'error: the test cluster left the above behind\n' >&2
+		return 1
+	fi
 	log "the test cluster is down ($((SECONDS - start)) s)"
+}
+
+# k8s_leftovers [CNI_FORWARD_BEFORE] prints whatever of a cluster is still
+# on the host (processes, the state directory, mounts, cgroups, the bridge,
+# network namespaces holding a pod address, the firewall plugin's chain
+# when the cluster made it, the kubelet's and CNI's stray files) and fails
+# if there is any.
+k8s_leftovers() {
+	local s=$K8S_STATE left=0 m
+	pgrep -a -f -- "^($K8S_BIN_DIR/|$ETCD_BIN_DIR/etcd|containerd --config $s/)" && left=1
+	pgrep -a -f -- "-address $s/containerd/containerd.sock" && left=1
+	[ ! -e "$s" ] || { echo "left: $s"; left=1; }
+	findmnt -rn -o TARGET | grep -F "$s/" && left=1
+	for m in /sys/fs/cgroup/*/hotcell-k8s /sys/fs/cgroup/hotcell-k8s; do
+		[ ! -d "$m" ] || { echo "left: cgroup $m"; left=1; }
+	done
+	! ip link show "$K8S_BRIDGE" >/dev/null 2>&1 || { echo "left: link $K8S_BRIDGE"; left=1; }
+	for m in /var/run/netns/cni-*; do
+		[ -e "$m" ] || continue
+		if ip netns exec "$(basename "$m")" ip -4 -o addr 2>/dev/null | grep -q " ${K8S_POD_CIDR%.*}\."; then
+			echo "left: network namespace $m"
+			left=1
+		fi
+	done
+	if [ "${1:-yes}" = no ] && iptables -w -n -L CNI-FORWARD >/dev/null 2>&1; then
+		echo "left: iptables chain CNI-FORWARD"
+		left=1
+	fi
+	for m in /var/lib/kubelet/device-plugins /var/lib/cni/results/hotcell-k8s-*; do
+		[ ! -e "$m" ] || { echo "left: $m"; left=1; }
+	done
+	return $left
 }
 
 # k8s_import_image IMAGE...: copies each image from the host's Docker
