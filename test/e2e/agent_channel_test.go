@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -183,6 +184,36 @@ func TestAgentChannelTCP(t *testing.T) {
 		}
 		if p := agentTCPPort(t, d, off.ID, port); p != 0 {
 			t.Errorf("a box with egress none holds a TCP connection from port %d", p)
+		}
+	})
+
+	t.Run("snapshot and fork", func(t *testing.T) {
+		// A snapshot commits the root filesystem and the container's
+		// config: neither holds the credential (it is on the run dir's
+		// mount), and a fork from it gets a credential of its own.
+		parentDial := mustOK(t, run(t, d, sb.ID, "cat /.hotcell/run/agent-dial.json"), "the parent's dial file")
+		parentToken := parentDial[strings.Index(parentDial, `"token":"`)+9:][:64]
+		sn, err := d.C.CreateSnapshot(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.C.DeleteSnapshot(context.Background(), sb.ID, sn.ID)
+		out, err := exec.Command("docker", "run", "--rm", "--entrypoint", "/bin/sh", sn.Image, "-c",
+			"ls -la /.hotcell/run/ 2>&1; cat /.hotcell/run/agent-dial.json 2>&1; grep -rl "+parentToken+" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; true").CombinedOutput()
+		if err != nil {
+			t.Fatalf("look into the snapshot image: %v\n%s", err, out)
+		}
+		if strings.Contains(string(out), parentToken) || !strings.Contains(string(out), "agent-dial.json: No such file") {
+			t.Errorf("the snapshot image holds the parent's dial file or credential:\n%s", out)
+		}
+		if strings.Contains(docker(t, "image", "inspect", sn.Image), parentToken) {
+			t.Error("the snapshot image's config holds the parent's credential")
+		}
+		fork := newSandbox(t, d, client.CreateSandboxRequest{Snapshot: sn.ID})
+		waitAgentTCP(t, d, fork.ID, port)
+		forkDial := mustOK(t, run(t, d, fork.ID, "cat /.hotcell/run/agent-dial.json"), "the fork's dial file")
+		if strings.Contains(forkDial, parentToken) || !strings.Contains(forkDial, fork.ID) {
+			t.Errorf("the fork's dial file is not its own: %s", forkDial)
 		}
 	})
 
