@@ -71,6 +71,13 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
+	if store.IsPostgresURL(cfg.StoreTarget()) {
+		release, err := claimStore(ctx, st, cfg, log)
+		if err != nil {
+			return err
+		}
+		defer release() // before the store closes
+	}
 
 	var dopts []dockerclient.Opt
 	if cfg.DockerHost != "" {

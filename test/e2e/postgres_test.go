@@ -21,7 +21,8 @@ import (
 // postgres://...) creates a sandbox and runs a process in it, is killed
 // (SIGKILL) and restarted, and adopts the sandbox again from what
 // PostgreSQL holds: same state and labels, its process alive, its files
-// there. Nothing goes to a SQLite file on the way.
+// there. Nothing goes to a SQLite file on the way, and a second daemon
+// on the same store refuses to start.
 func TestDaemonOnPostgres(t *testing.T) {
 	t.Parallel()
 	pg := testenv.RequirePostgres(t)
@@ -41,6 +42,15 @@ func TestDaemonOnPostgres(t *testing.T) {
 		t.Errorf("PostgreSQL holds state %q for %s, want running", state, sb.ID)
 	}
 
+	// A second daemon on the same store refuses to start, saying why,
+	// until several daemons can share one (issue 17).
+	exitErr, log := testdaemon.StartFailing(t, testdaemon.Options{Store: pg})
+	if exitErr == nil || !strings.Contains(log, "another hotcell daemon") || !strings.Contains(log, d.DataDir) {
+		t.Errorf("a second daemon on the store: exit %v, want a refusal naming the first daemon's data dir; log:\n%s", exitErr, log)
+	}
+	t.Logf("the second daemon: %s", strings.TrimSpace(log[strings.LastIndex(strings.TrimSpace(log), "\n")+1:]))
+
+	// Killed, the daemon comes back on its own claim at once.
 	d.Stop(syscall.SIGKILL)
 	d.Restart()
 	got, err := d.C.GetSandbox(ctx, sb.ID)
@@ -76,11 +86,28 @@ func TestDaemonOnPostgres(t *testing.T) {
 			break
 		}
 	}
+	// A clean shutdown gives the store's claim up: the next daemon,
+	// wherever it runs, need not wait for it to lapse.
+	if h := pgString(t, pg, `SELECT holder FROM leases WHERE name = $1`, "daemon"); !strings.HasSuffix(h, ":"+d.DataDir) {
+		t.Errorf("the running daemon's claim: holder %q, want its data dir", h)
+	}
+	d.Stop(syscall.SIGTERM)
+	if h := pgString(t, pg, `SELECT holder FROM leases WHERE name = $1`, "daemon"); h != "" {
+		t.Errorf("after SIGTERM the store is still claimed by %q", h)
+	}
+	d.Restart() // for the cleanups, which go through the API
 }
 
 // pgSandboxState reads sandbox id's state straight from PostgreSQL; ""
 // when it has no row.
 func pgSandboxState(t *testing.T, url, id string) string {
+	t.Helper()
+	return pgString(t, url, `SELECT state FROM sandboxes WHERE id = $1`, id)
+}
+
+// pgString runs query, of one text column and at most one row, straight
+// on PostgreSQL; "" when it returns no row.
+func pgString(t *testing.T, url, query string, arg any) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -89,13 +116,13 @@ func pgSandboxState(t *testing.T, url, id string) string {
 		t.Fatalf("connect to the daemon's PostgreSQL: %v", err)
 	}
 	defer conn.Close(context.Background())
-	var state string
-	err = conn.QueryRow(ctx, `SELECT state FROM sandboxes WHERE id = $1`, id).Scan(&state)
+	var out string
+	err = conn.QueryRow(ctx, query, arg).Scan(&out)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ""
 	}
 	if err != nil {
-		t.Fatalf("read sandbox %s from PostgreSQL: %v", id, err)
+		t.Fatalf("%s: %v", query, err)
 	}
-	return state
+	return out
 }

@@ -1,0 +1,84 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/store"
+)
+
+// Several daemons may share a PostgreSQL store only once they forward
+// calls to each other and elect who reconciles (issue 17, part 4). Until
+// then a daemon holds the store's "daemon" lease while it runs, and a
+// second daemon on the same store refuses to start rather than have two
+// reconcilers act on one set of records.
+const (
+	storeLease      = "daemon"
+	storeLeaseTTL   = 30 * time.Second
+	storeLeaseRenew = 10 * time.Second
+)
+
+// storeHolder names this daemon in the lease: its host and data dir, which
+// stay the same across a restart, so a daemon restarted after a SIGKILL
+// takes its own lease back at once.
+func storeHolder(cfg config.Config) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return host + ":" + cfg.DataDir
+}
+
+// claimStore takes the store's daemon lease and renews it until the
+// returned stop is called, which gives it up.
+func claimStore(ctx context.Context, st *store.Store, cfg config.Config, log *slog.Logger) (stop func(), err error) {
+	holder := storeHolder(cfg)
+	ok, err := st.AcquireLease(ctx, storeLease, holder, time.Now(), storeLeaseTTL)
+	if err != nil {
+		return nil, fmt.Errorf("claim the store: %w", err)
+	}
+	if !ok {
+		other, until, err := st.LeaseHolder(ctx, storeLease)
+		if err != nil {
+			return nil, fmt.Errorf("claim the store: %w", err)
+		}
+		return nil, fmt.Errorf("another hotcell daemon (%s) serves this store (claimed until %s): several daemons on one store are not supported yet; stop that daemon (its claim lapses %s after it stops) or give this one a store of its own",
+			other, until.Format(time.RFC3339), storeLeaseTTL)
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(storeLeaseRenew)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+			}
+			ok, err := st.AcquireLease(rctx, storeLease, holder, time.Now(), storeLeaseTTL)
+			switch {
+			case rctx.Err() != nil:
+				return
+			case err != nil:
+				log.Error("renewing this daemon's claim on the store failed", "err", err)
+			case !ok:
+				log.Error("another daemon took this daemon's claim on the store: two daemons now serve it", "holder", holder)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		rel, cancelRel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancelRel()
+		if err := st.ReleaseLease(rel, storeLease, holder); err != nil {
+			log.Warn("giving up this daemon's claim on the store failed; it lapses by itself", "err", err, "after", storeLeaseTTL)
+		}
+	}, nil
+}
