@@ -154,6 +154,18 @@ type Killer interface {
 	KillNow(ctx context.Context, id string) error
 }
 
+// LimitUpdater is implemented by drivers that can change the memory, CPU
+// and pids limits of a running box (runc's cgroups; not gVisor's sandbox,
+// nor a workspace disk's size).
+type LimitUpdater interface {
+	// CanUpdateLimits says whether a box of runtime, made with limits
+	// from, can have limits to instead: the same disk, and each of
+	// memory, CPUs and pids either equal or limited in both.
+	CanUpdateLimits(runtime string, from, to wire.Limits) bool
+	// UpdateLimits sets the box's memory, CPU and pids limits to l.
+	UpdateLimits(ctx context.Context, id string, l wire.Limits) error
+}
+
 // Pauser is implemented by drivers that can freeze a box with its memory.
 type Pauser interface {
 	Pause(ctx context.Context, id string) error

@@ -29,14 +29,37 @@ var errStale = errors.New("pooled box is not healthy")
 func (m *Manager) claim(ctx context.Context, req wire.CreateSandboxRequest, co CreateOptions, image string, egress *wire.EgressPolicy, limits wire.Limits, runtime string, persist bool, progress driver.Progress) (sb wire.Sandbox, ok bool, err error) {
 	name := co.Template.Name
 	key := poolKeyOf(co.Template.Version, image, runtime, limits, persist)
+	// A box made with other limits will do where the driver can change
+	// them on the running box (runc: memory, CPU, pids; not a disk).
+	var adjust func(wire.Limits) bool
+	lu, canUpdate := m.drv.(driver.LimitUpdater)
+	if canUpdate {
+		adjust = func(from wire.Limits) bool { return lu.CanUpdateLimits(runtime, from, limits) }
+	}
 	for {
-		id, found := m.pools.take(name, key)
+		id, had, found := m.pools.take(name, key, adjust)
 		if !found {
 			m.pools.count(name, false, time.Now())
 			return wire.Sandbox{}, false, nil
 		}
 		clock := m.clock("claim", m.log.With("sandbox", id))
-		sb, err := m.claimBox(ctx, clock, id, req, co, egress, progress)
+		if had != limits {
+			// Before the box is the claimer's. One the engine does not
+			// update (its limits are then unknown) is replaced, and the
+			// create makes its own box: the next would likely fail too.
+			if err := lu.UpdateLimits(ctx, id, limits); err != nil {
+				m.log.Warn("could not change a pooled box's limits at claim; replacing it", "sandbox", id, "template", name, "err", err)
+				m.pools.wg.Add(1)
+				go func() {
+					defer m.pools.wg.Done()
+					m.removePooled(context.WithoutCancel(ctx), id)
+				}()
+				m.pools.count(name, false, time.Now())
+				return wire.Sandbox{}, false, nil
+			}
+			clock.step("limits")
+		}
+		sb, err := m.claimBox(ctx, clock, id, req, co, egress, limits, progress)
 		clock.done()
 		if errors.Is(err, errStale) {
 			m.log.Warn("a pooled box failed its check at claim; replacing it", "sandbox", id, "template", name, "err", err)
@@ -58,7 +81,7 @@ func (m *Manager) claim(ctx context.Context, req wire.CreateSandboxRequest, co C
 // egress rules; then the workspace steps of a create. Nothing ran in the
 // box under another identity: it had none. A failure after the box became
 // the claimer's removes it, as a failed create does.
-func (m *Manager) claimBox(ctx context.Context, clock *stepClock, id string, req wire.CreateSandboxRequest, co CreateOptions, egress *wire.EgressPolicy, progress driver.Progress) (wire.Sandbox, error) {
+func (m *Manager) claimBox(ctx context.Context, clock *stepClock, id string, req wire.CreateSandboxRequest, co CreateOptions, egress *wire.EgressPolicy, limits wire.Limits, progress driver.Progress) (wire.Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
 	// As a create: it finishes or cleans up, whoever hangs up.
@@ -86,6 +109,7 @@ func (m *Manager) claimBox(ctx context.Context, clock *stepClock, id string, req
 	sb.Env = req.Env
 	sb.Labels = req.Labels
 	sb.Egress = egress
+	sb.Limits = limits
 	sb.Gateway = req.Gateway
 	sb.CreatedAt, sb.UpdatedAt = now, now
 	sb.Timeouts = m.initialTimeouts(req.Timeouts, now)

@@ -77,7 +77,8 @@ func ValidatePoolConfig(cfg wire.PoolConfig) error {
 
 // poolKey is what a request must match to claim a box: what the box was
 // made with and cannot change while it runs. Env, labels, egress, gateway
-// tokens and timeouts are applied at claim.
+// tokens and timeouts are applied at claim, and so are limits where the
+// driver can change them on a running box (take's adjust).
 type poolKey struct {
 	version int
 	image   string
@@ -188,23 +189,32 @@ func (ps *poolSet) member(id string) bool {
 	return ps.members[id]
 }
 
-// take removes and returns a ready box of pool name that matches key; the
-// box is the caller's alone from then on.
-func (ps *poolSet) take(name string, key poolKey) (string, bool) {
+// take removes and returns a ready box of pool name that matches key, with
+// the limits it was made with; the box is the caller's alone from then on.
+// A box that matches but for its limits is taken when there is none that
+// matches whole and adjust says its limits can be changed to key's.
+func (ps *poolSet) take(name string, key poolKey, adjust func(from wire.Limits) bool) (string, wire.Limits, bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	p := ps.byName[name]
 	if p == nil || p.removed {
-		return "", false
+		return "", wire.Limits{}, false
 	}
 	i := slices.IndexFunc(p.ready, func(b pooledBox) bool { return b.key == key })
-	if i < 0 {
-		return "", false
+	if i < 0 && adjust != nil {
+		i = slices.IndexFunc(p.ready, func(b pooledBox) bool {
+			k := b.key
+			k.limits = key.limits
+			return k == key && adjust(b.key.limits)
+		})
 	}
-	id := p.ready[i].id
+	if i < 0 {
+		return "", wire.Limits{}, false
+	}
+	b := p.ready[i]
 	p.ready = slices.Delete(p.ready, i, i+1)
-	delete(ps.members, id)
-	return id, true
+	delete(ps.members, b.id)
+	return b.id, b.key.limits, true
 }
 
 // count records a claim or a miss of pool name, if it has a pool.

@@ -103,7 +103,7 @@ func TestPoolTake(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				id, ok := ps.take("py", key)
+				id, _, ok := ps.take("py", key, nil)
 				if !ok {
 					return
 				}
@@ -129,14 +129,30 @@ func TestPoolTake(t *testing.T) {
 	if len(p.ready) != n/10 || p.claims != int64(len(taken)) {
 		t.Errorf("left: %d ready, %d claims; want %d ready (the other key), %d claims", len(p.ready), p.claims, n/10, len(taken))
 	}
-	if _, ok := ps.take("py", poolKeyOf(2, "img:2", wire.RuntimeRunc, wire.Limits{}, true)); ok {
+
+	// Only boxes of other limits are left: one is taken only where they
+	// can be changed, and take says what they were.
+	if _, _, ok := ps.take("py", key, func(wire.Limits) bool { return false }); ok {
+		t.Error("took a box of other limits the driver cannot change")
+	}
+	ps.mu.Lock()
+	p.ready = append(p.ready, pooledBox{id: "sb-exact", key: key})
+	ps.mu.Unlock()
+	adjust := func(from wire.Limits) bool { return from.MemoryMB > 0 }
+	if id, had, ok := ps.take("py", key, adjust); !ok || id != "sb-exact" || had != key.limits {
+		t.Errorf("take with an exact match ready: got %s %+v %v, want sb-exact with its own limits", id, had, ok)
+	}
+	if id, had, ok := ps.take("py", key, adjust); !ok || had != other.limits || taken[id] != 0 {
+		t.Errorf("take of a box to adjust: got %s %+v %v, want a box of %+v", id, had, ok, other.limits)
+	}
+	if _, _, ok := ps.take("py", poolKeyOf(2, "img:2", wire.RuntimeRunc, wire.Limits{}, true), adjust); ok {
 		t.Error("took a box of another version")
 	}
-	if _, ok := ps.take("nope", key); ok {
+	if _, _, ok := ps.take("nope", key, adjust); ok {
 		t.Error("took from a template without a pool")
 	}
 	p.removed = true
-	if _, ok := ps.take("py", other); ok {
+	if _, _, ok := ps.take("py", other, nil); ok {
 		t.Error("took from a removed pool")
 	}
 }

@@ -218,13 +218,43 @@ func TestPoolClaim(t *testing.T) {
 		t.Errorf("env after stop/start: got %q, want alice", out)
 	}
 
-	// A request that does not match (other limits) misses and makes a box.
-	miss := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Limits: client.Limits{PidsLimit: 123}})
-	if slices.Contains(pooledIDs(t, d), miss.ID) || slices.Contains(pooled, miss.ID) {
-		t.Errorf("a create that does not match took pooled box %s", miss.ID)
+	// A request with other memory, CPU and pids limits claims a box, whose
+	// running container gets them (runc's cgroups, changed by the engine
+	// at the claim).
+	ready := pooledIDs(t, d)
+	limits := client.Limits{MemoryMB: 300, CPUs: 0.5, PidsLimit: 123}
+	resized := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Limits: limits})
+	if !slices.Contains(ready, resized.ID) {
+		t.Errorf("a create with other memory, CPU and pids limits: got %s, want one of the pooled %v", resized.ID, ready)
 	}
-	if st, _ := d.C.GetTemplatePool(ctx, name); st.Misses != 1 {
-		t.Errorf("misses after a create with other limits: got %d, want 1", st.Misses)
+	if resized.Limits.MemoryMB != 300 || resized.Limits.CPUs != 0.5 || resized.Limits.PidsLimit != 123 {
+		t.Errorf("claimed sandbox's limits: got %+v, want %+v", resized.Limits, limits)
+	}
+	if hc := inspectHost(t, resized.ID); hc.Memory != 300<<20 || hc.MemorySwap != 300<<20 || hc.NanoCPUs != 5e8 || hc.PidsLimit == nil || *hc.PidsLimit != 123 {
+		t.Errorf("claimed box's container: got %+v (pids %v), want memory and swap 300 MiB, 0.5 CPU, 123 pids", hc, hc.PidsLimit)
+	}
+	if cg := readCgroup(t, d, resized.ID); cg["pids.max"] != "123" || cg["memory.max"] != fmt.Sprint(300<<20) {
+		t.Errorf("claimed box's cgroup: got %v, want pids.max 123, memory.max %d", cg, 300<<20)
+	}
+	if got, err := d.C.GetSandbox(ctx, resized.ID); err != nil || got.Limits != resized.Limits {
+		t.Errorf("get of the resized sandbox: got %+v, %v, want limits %+v", got.Limits, err, resized.Limits)
+	}
+	// Raised too (on cgroup v1 the swap limit must go up first).
+	raised := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Limits: client.Limits{MemoryMB: 3000, CPUs: 1.5, PidsLimit: 2000}})
+	if !slices.Contains(ready, raised.ID) {
+		t.Errorf("a create with higher limits: got %s, want one of the pooled %v", raised.ID, ready)
+	}
+	if cg := readCgroup(t, d, raised.ID); cg["pids.max"] != "2000" || cg["memory.max"] != fmt.Sprint(3000<<20) {
+		t.Errorf("raised box's cgroup: got %v, want pids.max 2000, memory.max %d", cg, 3000<<20)
+	}
+	// The disk cannot change on a running box (the workspace is a
+	// filesystem of its size): such a request misses and makes a box.
+	miss := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Limits: client.Limits{DiskMB: 777}})
+	if slices.Contains(pooledIDs(t, d), miss.ID) || slices.Contains(pooled, miss.ID) || slices.Contains(ready, miss.ID) {
+		t.Errorf("a create with another disk size took pooled box %s", miss.ID)
+	}
+	if st, _ := d.C.GetTemplatePool(ctx, name); st.Misses != 1 || st.Claims != 3 {
+		t.Errorf("after two claims with other limits and a create with another disk: got claims %d, misses %d, want 3, 1", st.Claims, st.Misses)
 	}
 
 	// Deleting the template is refused while it has a pool.
