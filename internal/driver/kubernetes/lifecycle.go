@@ -42,6 +42,12 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if err != nil {
 		return fmt.Errorf("encode pod of sandbox %s: %w", spec.ID, err)
 	}
+	data := map[string][]byte{recordPod: b}
+	if spec.AgentDial != nil {
+		if data[driver.AgentDialFile], err = spec.AgentDial.Marshal(); err != nil {
+			return err
+		}
+	}
 	rec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        PodName(spec.ID),
@@ -50,7 +56,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 			Annotations: cloneLabels(pod.Annotations),
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{recordPod: b},
+		Data: data,
 	}
 	secrets := d.c.CoreV1().Secrets(d.cfg.Namespace)
 	if _, err := secrets.Create(ctx, rec, metav1.CreateOptions{}); err != nil {

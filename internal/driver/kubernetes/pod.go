@@ -95,7 +95,21 @@ func (d *Driver) podFor(spec driver.Spec, runtimeClass string) (*corev1.Pod, err
 		{Name: volumeAgent, MountPath: agentDir, ReadOnly: true},
 		{Name: volumeWork, MountPath: WorkspaceDir},
 	}
-	if d.cfg.NodeRunDirs && spec.HostRunDir != "" {
+	switch {
+	case spec.AgentDial != nil:
+		// The TCP channel's dial file, from the box's record Secret: a
+		// tmpfs mount readable by the box's root only, never in its root
+		// filesystem or env (driver.AgentDialFile says why).
+		mode := int32(0o400)
+		volumes = append(volumes, corev1.Volume{Name: volumeRun, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{
+				SecretName:  PodName(spec.ID),
+				Items:       []corev1.KeyToPath{{Key: driver.AgentDialFile, Path: driver.AgentDialFile, Mode: &mode}},
+				DefaultMode: &mode,
+			},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: volumeRun, MountPath: driver.RunDir, ReadOnly: true})
+	case d.cfg.NodeRunDirs && spec.HostRunDir != "":
 		if !filepath.IsAbs(spec.HostRunDir) {
 			return nil, errdefs.Invalid("hostRunDir", "path %q is not absolute", spec.HostRunDir)
 		}

@@ -251,3 +251,43 @@ func TestNormalize(t *testing.T) {
 		t.Errorf("normalize of a bad ref: got %v, want invalid argument", err)
 	}
 }
+
+// TestPodForAgentDial checks where the TCP channel's dial file goes: the
+// record Secret's one key, mounted read-only at the run dir with mode
+// 0400, in place of the node's run dir, and nowhere in the pod's env.
+func TestPodForAgentDial(t *testing.T) {
+	t.Parallel()
+	d := testDriver(Config{NodeRunDirs: true})
+	spec := baseSpec()
+	spec.HostRunDir = "/var/lib/hotcell/sandboxes/x/run"
+	spec.AgentDial = &driver.AgentDial{Addr: "10.244.0.1:7443", CertPEM: "cert", Sandbox: spec.ID, Token: "secret-token"}
+	p, err := d.podFor(spec, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vol *corev1.Volume
+	for i, v := range p.Spec.Volumes {
+		if v.HostPath != nil {
+			t.Errorf("volume %s is a host path; the dial file replaces the node's run dir", v.Name)
+		}
+		if v.Name == volumeRun {
+			vol = &p.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.Secret == nil || vol.Secret.SecretName != PodName(spec.ID) {
+		t.Fatalf("run volume %+v, want the record Secret", vol)
+	}
+	if len(vol.Secret.Items) != 1 || vol.Secret.Items[0].Key != driver.AgentDialFile || *vol.Secret.Items[0].Mode != 0o400 {
+		t.Errorf("run volume items %+v, want only %s, mode 0400", vol.Secret.Items, driver.AgentDialFile)
+	}
+	for _, m := range p.Spec.Containers[0].VolumeMounts {
+		if m.Name == volumeRun && (m.MountPath != driver.RunDir || !m.ReadOnly) {
+			t.Errorf("run mount %+v, want read-only at %s", m, driver.RunDir)
+		}
+	}
+	for _, e := range p.Spec.Containers[0].Env {
+		if strings.Contains(e.Value, "secret-token") {
+			t.Errorf("env %s carries the credential", e.Name)
+		}
+	}
+}
