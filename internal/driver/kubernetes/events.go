@@ -71,10 +71,13 @@ func (d *Driver) WatchEvents(ctx context.Context, instance string, fn func(drive
 			}
 			return classify("watch pods", err)
 		}
-		rv, err = d.follow(ctx, w, dead, fn)
+		last, err := d.follow(ctx, w, dead, fn)
 		w.Stop()
 		if err != nil {
 			return err
+		}
+		if last != "" {
+			rv = last
 		}
 	}
 }
@@ -90,9 +93,6 @@ func (d *Driver) follow(ctx context.Context, w watch.Interface, dead map[types.U
 			return rv, ctx.Err()
 		case ev, open := <-w.ResultChan():
 			if !open {
-				if rv == "" {
-					return rv, fmt.Errorf("pod watch ended before any event: %w", io.ErrUnexpectedEOF)
-				}
 				return rv, nil
 			}
 			if ev.Type == watch.Error {
