@@ -1,0 +1,198 @@
+package kubernetes_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/driver/kubernetes"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// newBox returns the spec of a box on d with a run dir and its agent's
+// socket listening there, and destroys it when t ends.
+func newBox(t *testing.T, d *kubernetes.Driver, image string) (driver.Spec, func() *agentconn.Conn) {
+	t.Helper()
+	id := randomID(t)
+	dir, err := os.MkdirTemp("", "kt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := d.Destroy(ctx, id); err != nil {
+			t.Errorf("cleanup sandbox %s: %v", id, err)
+		}
+		os.RemoveAll(dir)
+	})
+	spec := driver.Spec{ID: id, Image: image, Persist: true, HostRunDir: dir, Instance: "kube-test", Labels: map[string]string{"team": "ml"}}
+	var conn *agentconn.Conn
+	listen := func() *agentconn.Conn {
+		if conn != nil {
+			conn.Close()
+		}
+		c, err := agentconn.Listen(id, filepath.Join(dir, driver.AgentSocket), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conn = c
+		return c
+	}
+	return spec, listen
+}
+
+func waitAgent(t *testing.T, c *agentconn.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("the box's agent did not connect: %v", err)
+	}
+}
+
+// TestWorkspaceKeptAcrossStop checks what stop and start mean on a
+// cluster: stop deletes the pod and keeps the claim, start makes a new pod
+// on the same workspace, and destroy removes the claim, its volume and the
+// directory on the node. It also checks that the box holds no credential
+// of the cluster.
+func TestWorkspaceKeptAcrossStop(t *testing.T) {
+	t.Parallel()
+	d, image := clusterDriver(t)
+	ctx, c, ns := t.Context(), d.Client().CoreV1(), d.Namespace()
+	spec, listen := newBox(t, d, image)
+	must(t, "create", d.Create(ctx, spec))
+	conn := listen()
+	must(t, "start", d.Start(ctx, spec.ID))
+	waitAgent(t, conn)
+
+	pod, err := c.Pods(ns).Get(ctx, kubernetes.PodName(spec.ID), metav1.GetOptions{})
+	must(t, "get pod", err)
+	for k, want := range map[string]string{driver.LabelManaged: "true", driver.LabelID: spec.ID, driver.LabelInstance: "kube-test", driver.LabelUserPrefix + "team": "ml"} {
+		if pod.Labels[k] != want {
+			t.Errorf("pod label %s: got %q, want %q", k, pod.Labels[k], want)
+		}
+	}
+	var fi wire.FileInfo
+	err = conn.DoJSON(ctx, "GET", "/v1/fs/stat?path=/var/run/secrets/kubernetes.io", nil, &fi)
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("stat of the service account mount in the box: got %+v, %v; want not found", fi, err)
+	}
+
+	must(t, "mkdir in the workspace", conn.DoJSON(ctx, "POST", "/v1/fs/mkdir", wire.MkdirRequest{Path: "/workspace/kept"}, nil))
+	uid := pod.UID
+	must(t, "stop", d.Stop(ctx, spec.ID, 5*time.Second))
+	if _, err := c.Pods(ns).Get(ctx, kubernetes.PodName(spec.ID), metav1.GetOptions{}); err == nil {
+		t.Error("the pod is still there after stop")
+	}
+	if _, err := c.PersistentVolumeClaims(ns).Get(ctx, kubernetes.ClaimName(spec.ID), metav1.GetOptions{}); err != nil {
+		t.Errorf("the workspace claim after stop: %v", err)
+	}
+
+	conn = listen()
+	must(t, "start after stop", d.Start(ctx, spec.ID))
+	waitAgent(t, conn)
+	pod, err = c.Pods(ns).Get(ctx, kubernetes.PodName(spec.ID), metav1.GetOptions{})
+	must(t, "get pod", err)
+	if pod.UID == uid {
+		t.Error("start after stop kept the old pod")
+	}
+	if err := conn.DoJSON(ctx, "GET", "/v1/fs/stat?path=/workspace/kept", nil, &fi); err != nil || fi.Type != wire.FileTypeDir {
+		t.Errorf("the workspace after stop and start: stat /workspace/kept: got %+v, %v; want the directory made before the stop", fi, err)
+	}
+	pvs, err := c.PersistentVolumes().List(ctx, metav1.ListOptions{LabelSelector: driver.LabelID + "=" + spec.ID})
+	must(t, "list volumes", err)
+	if len(pvs.Items) != 1 || pvs.Items[0].Spec.HostPath == nil {
+		t.Fatalf("workspace volumes of %s: got %d, want one on the node's disk", spec.ID, len(pvs.Items))
+	}
+	hostDir := pvs.Items[0].Spec.HostPath.Path
+	if _, err := os.Stat(filepath.Join(hostDir, "kept")); err != nil {
+		t.Errorf("the workspace on the node: %v", err)
+	}
+
+	must(t, "destroy", d.Destroy(ctx, spec.ID))
+	if _, err := os.Stat(hostDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the workspace directory on the node after destroy: got %v, want it gone", err)
+	}
+	if _, err := c.PersistentVolumeClaims(ns).Get(ctx, kubernetes.ClaimName(spec.ID), metav1.GetOptions{}); err == nil {
+		// The claim's protection finalizer may hold it a moment; it must be going.
+		claim, _ := c.PersistentVolumeClaims(ns).Get(ctx, kubernetes.ClaimName(spec.ID), metav1.GetOptions{})
+		if claim != nil && claim.DeletionTimestamp == nil {
+			t.Error("the workspace claim is still there after destroy")
+		}
+	}
+	if _, err := c.Secrets(ns).Get(ctx, kubernetes.PodName(spec.ID), metav1.GetOptions{}); err == nil {
+		t.Error("the record is still there after destroy")
+	}
+}
+
+// TestRuntimeRefused checks that a runtime whose RuntimeClass the cluster
+// lacks is refused at create as an invalid argument, leaving nothing.
+func TestRuntimeRefused(t *testing.T) {
+	t.Parallel()
+	d, image := clusterDriver(t)
+	ctx := t.Context()
+	info, err := d.Info(ctx)
+	must(t, "info", err)
+	for _, rt := range wire.Runtimes() {
+		if contains(info.Runtimes, rt) {
+			continue
+		}
+		if info.RuntimeHints[rt] == "" {
+			t.Errorf("runtime %s is missing without a hint", rt)
+		}
+		spec, _ := newBox(t, d, image)
+		spec.Runtime = rt
+		if err := d.Create(ctx, spec); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("create with runtime %s the cluster lacks: got %v, want invalid argument", rt, err)
+		}
+		if st, err := d.Inspect(ctx, spec.ID); err != nil || st.State != driver.BoxMissing {
+			t.Errorf("after the refused create: inspect got %+v, %v; want missing", st, err)
+		}
+	}
+}
+
+// TestStartMissingImage checks that a box whose image no node has fails to
+// start as not found, at once, and is left stopped with no pod.
+func TestStartMissingImage(t *testing.T) {
+	t.Parallel()
+	d, image := clusterDriver(t)
+	ctx := t.Context()
+	spec, _ := newBox(t, d, image)
+	spec.Image = "hotcell/never-imported:latest"
+	spec.Persist = false
+	must(t, "create", d.Create(ctx, spec))
+	if err := d.Start(ctx, spec.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("start with a missing image: got %v, want not found", err)
+	}
+	if st, err := d.Inspect(ctx, spec.ID); err != nil || st.State != driver.BoxStopped {
+		t.Errorf("after the failed start: inspect got %+v, %v; want stopped", st, err)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func must(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
