@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hotcell/hotcell/internal/agentauth"
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/config"
@@ -64,4 +66,15 @@ func agentChannelOpt(ch *agentconn.Channel) sandbox.AgentChannel {
 		return nil
 	}
 	return ch
+}
+
+// agentChannelRefused counts the connections the TCP agent listener closed
+// before they reached a sandbox: an operator sees credential guessing,
+// neighbours' ids and handshake floods here (the log lines are
+// rate-limited per source).
+func agentChannelRefused(ch *agentconn.Channel) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "hotcell_agent_channel_refused_total",
+		Help: "Connections to the TCP agent listener closed before they reached a sandbox: too many in their handshake, a failed TLS handshake or hello, an unknown sandbox or a wrong credential.",
+	}, func() float64 { return float64(ch.Refused()) })
 }

@@ -150,6 +150,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	})
 	mets.Registry().MustRegister(gw.Collector())
 	mets.Registry().MustRegister(eg.Collector())
+	if agentCh != nil {
+		mets.Registry().MustRegister(agentChannelRefused(agentCh))
+	}
 	// The templates' users are the manager's sandboxes, and the manager's
 	// pools make boxes from the templates.
 	tpls := templates.New(st, drv, func(ctx context.Context) ([]wire.Sandbox, error) {

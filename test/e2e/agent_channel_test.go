@@ -246,6 +246,26 @@ func TestAgentChannelTCP(t *testing.T) {
 	})
 }
 
+// refusedMetric reads hotcell_agent_channel_refused_total.
+func refusedMetric(t *testing.T, d *testdaemon.Daemon) float64 {
+	t.Helper()
+	m, err := d.C.Metrics(t.Context())
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	for l := range strings.Lines(m) {
+		if v, ok := strings.CutPrefix(l, "hotcell_agent_channel_refused_total "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatal("no hotcell_agent_channel_refused_total on /metrics")
+	return 0
+}
+
 // hostAddrs returns up to three of the host's IPv4 addresses outside
 // loopback and d's egress subnet.
 func hostAddrs(t *testing.T, d *testdaemon.Daemon) []string {
@@ -329,6 +349,12 @@ func TestHostileAgentChannel(t *testing.T) {
 		t.Errorf("the neighbour's session was replaced: connection from port %d, was %d", got, neighbourConn)
 	}
 	mustOK(t, run(t, d, neighbour.ID, "true"), "the neighbour answers")
+	// The refusals are counted for the operator: 1 neighbour's id + 51
+	// forged + 2 plain (the second session is refused by its sandbox's
+	// Conn, after the listener let it through).
+	if got := refusedMetric(t, d); got < 54 {
+		t.Errorf("hotcell_agent_channel_refused_total = %v, want at least 54", got)
+	}
 
 	// The firewall opens the listener's port on the egress gateway address
 	// only: on the host's other addresses (it listens on all of them) the
