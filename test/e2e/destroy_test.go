@@ -164,6 +164,30 @@ func TestDestroyAnswersThenRemoves(t *testing.T) {
 		t.Errorf("destroy again: %v", err)
 	}
 	waitNothingLeft(t, d, sb.ID)
+
+	// A paused box (frozen: the kill waits for the thaw, which the
+	// removal does) and a stopped one go the same way.
+	paused, ppid := destroyTarget(t, d)
+	if _, err := d.C.PauseSandbox(ctx, paused.ID); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	stopped, _ := destroyTarget(t, d)
+	if _, err := d.C.StopSandbox(ctx, stopped.ID); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	for _, id := range []string{paused.ID, stopped.ID} {
+		if err := d.C.DeleteSandbox(ctx, id); err != nil {
+			t.Fatalf("destroy %s: %v", id, err)
+		}
+		if _, err := d.C.GetSandbox(ctx, id); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("get %s after destroy: %v, want not found", id, err)
+		}
+	}
+	waitNothingLeft(t, d, paused.ID)
+	waitNothingLeft(t, d, stopped.ID)
+	if !dead(ppid) {
+		t.Errorf("the paused box's agent (pid %d) runs after its removal", ppid)
+	}
 }
 
 // TestDestroyFinishedAfterCrash: a daemon killed (SIGKILL) in the middle

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -22,8 +24,8 @@ var _ driver.Killer = (*Driver)(nil)
 //
 // A runc box's init (the agent, PID 1 of the box's PID namespace) is
 // signalled through a pidfd, taken between two inspects that agree on its
-// pid and start time, so the signal reaches that process and no other
-// even if the pid were reused; the kernel kills every other process of
+// pid and start time, of a process in the box's cgroup, so the signal
+// reaches that process and no other even if the pid were reused; the kernel kills every other process of
 // the box's PID namespace with it. A paused box gets the signal on its
 // thaw (the engine's removal thaws it). Other runtimes (gVisor's pid is
 // its sentry, not the box's init) take the engine's kill.
@@ -56,6 +58,13 @@ func (d *Driver) KillNow(ctx context.Context, id string) error {
 		return d.engineKill(ctx, id)
 	}
 	defer unix.Close(fd)
+	// The engine's pid is in its PID namespace. A daemon in another one
+	// (itself in a container, with the engine's socket) has another
+	// process under that number: the process must be in the box's cgroup,
+	// whose path names the container.
+	if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err != nil || c.ID == "" || !strings.Contains(string(cg), c.ID) {
+		return d.engineKill(ctx, id)
+	}
 	again, err := d.c.ContainerInspect(ctx, ContainerName(id), client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
 		return nil
