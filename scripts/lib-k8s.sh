@@ -553,6 +553,10 @@ k8s_down() {
 	k8s_stop kube-scheduler
 	if k8s_running kube-apiserver && k8s_running kubelet; then
 		k8s_kubectl delete pods --all-namespaces --all --force --grace-period=0 --wait=false >/dev/null 2>&1 || true
+		# Without their API objects the kubelet still gives each container
+		# its spec's grace period (30 s by default) before SIGKILL: send it
+		# now, through containerd.
+		for m in $(k8s_ctr tasks ls -q 2>/dev/null); do k8s_ctr tasks kill -a -s SIGKILL "$m" >/dev/null 2>&1 || true; done
 		# The kubelet stops each sandbox, and the CNI releases its address:
 		# wait until no task runs and no address is leased.
 		for ((i = 0; i < 240; i++)); do
@@ -707,5 +711,5 @@ ensure_k8s() {
 k8s_down_if_ours() {
 	[ -n "$K8S_OURS" ] || return 0
 	K8S_OURS=
-	k8s_down || true
+	k8s_down
 }
