@@ -20,11 +20,11 @@ import (
 )
 
 // TestClusterPodExecAndHostReach runs a pod of hotcell/base in a namespace
-// of its own and drives it with kubectl exec: stdout and stderr apart, the
-// remote exit code, stdin; then the pod dials a TCP listener the test opens
-// on the host's bridge-side address and the two talk; the pod has no
-// default route (pods reach nothing off the node). The namespace is gone
-// when the test ends.
+// of its own, reads its log and drives it with kubectl exec: stdout and
+// stderr apart, the remote exit code, stdin; then the pod dials a TCP
+// listener the test opens on the host's bridge-side address and the two
+// talk; the pod has no default route (pods reach nothing off the node).
+// The namespace is gone when the test ends.
 func TestClusterPodExecAndHostReach(t *testing.T) {
 	k := testk8s.Cluster(t)
 	img := testenv.BaseImage(t)
@@ -41,7 +41,7 @@ spec:
   - name: main
     image: ` + img + `
     imagePullPolicy: Never
-    command: ["sleep", "infinity"]
+    command: ["sh", "-c", "echo started as $(id -un); exec sleep infinity"]
 `
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -53,6 +53,12 @@ spec:
 		t.Fatalf("%v\n%s", err, desc)
 	}
 	podIP := strings.TrimSpace(k.MustKubectl(t, "-n", ns, "get", "pod/smoke", "-o", "jsonpath={.status.podIP}"))
+
+	// The container's output reaches kubectl logs (the kubelet keeps pods'
+	// logs under the state directory, not /var/log/pods).
+	if logs := k.MustKubectl(t, "-n", ns, "logs", "smoke"); logs != "started as root\n" {
+		t.Fatalf("kubectl logs: %q, want started as root", logs)
+	}
 
 	// Output and exit code.
 	out, err := k.Kubectl(ctx, nil, "-n", ns, "exec", "smoke", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
