@@ -262,7 +262,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		// Refills wait while the API's creates run, claims included: they
 		// too need the firewall and the store, which refills would share.
 		m.pools.cold.Add(1)
-		defer m.pools.cold.Add(-1)
+		defer m.pools.createEnded()
 	}
 	if co.Template != nil && m.pools.has(co.Template.Name) {
 		if sb, ok, err := m.claim(ctx, req, co, image, egress, limits, runtime, persist, progress); ok {
