@@ -537,3 +537,46 @@ func TestPoolGateway(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestPoolsSetting: a daemon started with a pools entry in its config file
+// waits for the template it names, fills the pool once the template is
+// built, and a create from the template claims from it; the API shows the
+// configured size.
+func TestPoolsSetting(t *testing.T) {
+	testenv.RequireDocker(t)
+	t.Parallel()
+	name := templateName(t)
+	conf := filepath.Join(t.TempDir(), "hotcell.toml")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("pools = %q\n", name+"=2:3:10")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{"--config", conf}})
+	t.Cleanup(d.Close)
+	ctx := t.Context()
+	// No template yet: the pool waits for it and makes nothing.
+	time.Sleep(time.Second)
+	if ids := pooledIDs(t, d); len(ids) != 0 {
+		t.Fatalf("boxes before the pool's template exists: %v", ids)
+	}
+	if _, err := d.C.BuildTemplate(ctx, name, client.BuildTemplateOptions{
+		Defaults: &client.TemplateDefaults{Env: map[string]string{"FROM_CONFIG": "yes"}},
+	}, buildContext(t, map[string]string{"Dockerfile": "FROM hotcell/base:latest\n"}), nil); err != nil {
+		t.Fatalf("build template: %v\n%s", err, d.Logs())
+	}
+	t.Cleanup(func() { drainPool(d, name) })
+	st := waitPool(t, d, name, "2 ready from the config", func(s client.PoolStatus) bool { return s.Ready == 2 })
+	if st.Config.Min != 2 || st.Config.Max != 3 || st.Config.RefillPerSecond != 10 {
+		t.Errorf("pool from the config: got %+v, want min 2, max 3, refill 10", st.Config)
+	}
+	pooled := pooledIDs(t, d)
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Template: name, Env: map[string]string{"OWNER": "cfg"}})
+	if !slices.Contains(pooled, sb.ID) {
+		t.Errorf("create from a template pooled by the config: got %s, want one of %v", sb.ID, pooled)
+	}
+	if out := mustOK(t, run(t, d, sb.ID, `echo "$FROM_CONFIG $OWNER"`), "exec"); out != "yes cfg\n" {
+		t.Errorf("exec in the claimed box: got %q, want %q", out, "yes cfg\n")
+	}
+	if st, err := d.C.GetTemplatePool(ctx, name); err != nil || st.Claims != 1 || st.Misses != 0 {
+		t.Errorf("pool after the claim: got %+v, %v; want 1 claim, no miss", st, err)
+	}
+}
