@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,10 +68,10 @@ func run(ctx context.Context, args []string) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dial, err := dialer(*dialFile, *socket, logger)
-	if err != nil {
-		return err
-	}
+	// Over TCP with TLS when the driver left a dial file (the socket, on
+	// which a daemon on the same host also listens, is the fallback),
+	// else the run dir's socket; the file is read again at every dial.
+	dial := agent.FileDialer(*dialFile, *socket, logger)
 	served := make(chan error, 1)
 	go func() { served <- agent.RunDialer(ctx, dial, h, logger) }()
 
@@ -83,27 +82,6 @@ func run(ctx context.Context, args []string) error {
 	reaper.Shutdown(context.Background(), stopGrace)
 	cancel()
 	return <-served
-}
-
-// dialer is how the agent reaches the daemon: over TCP with TLS when the
-// driver left a dial file (falling back to the socket, which a daemon on
-// the same host also listens on), else the run dir's socket.
-func dialer(dialFile, socket string, logger *slog.Logger) (agent.Dialer, error) {
-	unix := agent.UnixDialer(socket)
-	d, err := agent.LoadDial(dialFile)
-	if errors.Is(err, os.ErrNotExist) {
-		logger.Debug("dialing the daemon's socket", "socket", socket)
-		return unix, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	tcp, err := agent.TLSDialer(d)
-	if err != nil {
-		return nil, fmt.Errorf("agent dial file %s: %w", dialFile, err)
-	}
-	logger.Debug("dialing the daemon over TCP", "addr", d.Addr)
-	return agent.FallbackDialer(tcp, unix), nil
 }
 
 // installSelf copies the running binary to dst through a temporary file

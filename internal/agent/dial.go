@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/agentauth"
@@ -37,6 +40,10 @@ func LoadDial(path string) (driver.AgentDial, error) {
 	if err != nil {
 		return driver.AgentDial{}, err
 	}
+	return parseDial(path, data)
+}
+
+func parseDial(path string, data []byte) (driver.AgentDial, error) {
 	var d driver.AgentDial
 	if err := json.Unmarshal(data, &d); err != nil {
 		return driver.AgentDial{}, fmt.Errorf("decode %s: %w", path, err)
@@ -96,5 +103,48 @@ func FallbackDialer(first, second Dialer) Dialer {
 			return c, nil
 		}
 		return nil, errors.Join(err, err2)
+	}
+}
+
+// FileDialer reads dialFile at every attempt: when it is there, it dials
+// over TCP with TLS as the file says and falls back to the socket; when it
+// is not (or is bad, which it logs), the socket alone. Reading it each time
+// lets the daemon move the listener, or turn the TCP channel on or off,
+// for boxes that are running: their agents take the new file at their
+// next redial (a daemon restart ends every session).
+func FileDialer(dialFile, socket string, logger *slog.Logger) Dialer {
+	unix := UnixDialer(socket)
+	var (
+		mu   sync.Mutex
+		last []byte
+		tcp  Dialer
+	)
+	return func(ctx context.Context) (net.Conn, error) {
+		data, err := os.ReadFile(dialFile)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				logger.Warn("read the agent dial file; dialing the socket", "path", dialFile, "err", err)
+			}
+			return unix(ctx)
+		}
+		mu.Lock()
+		if !bytes.Equal(data, last) {
+			last, tcp = data, nil
+			d, err := parseDial(dialFile, data)
+			if err == nil {
+				tcp, err = TLSDialer(d)
+			}
+			if err != nil {
+				logger.Warn("bad agent dial file; dialing the socket", "path", dialFile, "err", err)
+			} else {
+				logger.Debug("dialing the daemon over TCP", "addr", d.Addr)
+			}
+		}
+		dial := tcp
+		mu.Unlock()
+		if dial == nil {
+			return unix(ctx)
+		}
+		return FallbackDialer(dial, unix)(ctx)
 	}
 }

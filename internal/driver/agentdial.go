@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -52,3 +53,12 @@ func (d AgentDial) String() string {
 
 // GoString is String, for %#v.
 func (d AgentDial) GoString() string { return d.String() }
+
+// AgentDialRefresher is implemented by drivers that can hand an existing
+// box a new dial file (Spec's ID, HostRunDir and AgentDial; a nil
+// AgentDial removes it): the daemon does at every start and at a box's
+// start, so that a listener that moved, or a TCP channel turned on or off,
+// reaches boxes made before. The agent reads the file at every redial.
+type AgentDialRefresher interface {
+	RefreshAgentDial(ctx context.Context, spec Spec) error
+}

@@ -353,6 +353,7 @@ func (m *Manager) recoverPooled(ctx context.Context, sb wire.Sandbox) error {
 			if _, err := m.listen(sb.ID); err != nil {
 				return fmt.Errorf("listen for the agent of %s: %w", sb.ID, err)
 			}
+			m.refreshAgentDial(ctx, sb.ID)
 			return nil
 		}
 	}

@@ -189,6 +189,21 @@ func (m *Manager) listen(id string) (*agentconn.Conn, error) {
 	return c, nil
 }
 
+// refreshAgentDial hands the existing box of sandbox id the dial file of
+// this daemon's channel (or removes it without one), where the driver can:
+// its agent takes it at its next redial. A failure is logged, not fatal:
+// the agent still has the socket.
+func (m *Manager) refreshAgentDial(ctx context.Context, id string) {
+	r, ok := m.drv.(driver.AgentDialRefresher)
+	if !ok {
+		return
+	}
+	spec := driver.Spec{ID: id, HostRunDir: m.runDir(id), AgentDial: m.agentDial(id)}
+	if err := r.RefreshAgentDial(ctx, spec); err != nil {
+		m.log.Warn("refresh the agent dial file", "sandbox", id, "err", err)
+	}
+}
+
 // agentDial is what the box of sandbox id needs to dial the TCP agent
 // channel (nil without one: the agent dials the run dir's socket).
 func (m *Manager) agentDial(id string) *driver.AgentDial {
@@ -726,6 +741,7 @@ func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
 	if err != nil {
 		return sb, err
 	}
+	m.refreshAgentDial(ctx, id)
 	if err := m.drv.Start(ctx, id); err != nil {
 		return sb, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
@@ -877,6 +893,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if _, err := m.listen(sb.ID); err != nil {
 			return fmt.Errorf("listen for the agent of %s: %w", sb.ID, err)
 		}
+		m.refreshAgentDial(ctx, sb.ID)
 		want := map[driver.BoxState]wire.State{
 			driver.BoxRunning: wire.StateRunning,
 			driver.BoxPaused:  wire.StatePaused,

@@ -324,6 +324,17 @@ func (d *Daemon) Restart() {
 	}
 }
 
+// RestartWith is Restart with extra flags from now on, after (so
+// overriding) the ones it had: a test changes a setting across a restart.
+func (d *Daemon) RestartWith(args ...string) {
+	if d.owner == nil {
+		d.fatalf("RestartWith: other tests use this daemon; start one of your own with Start")
+	}
+	d.owner.Helper()
+	d.args = append(d.args, args...)
+	d.Restart()
+}
+
 func (d *Daemon) start() error {
 	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

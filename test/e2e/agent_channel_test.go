@@ -291,6 +291,62 @@ func hostAddrs(t *testing.T, d *testdaemon.Daemon) []string {
 	return out[:min(len(out), 3)]
 }
 
+// TestAgentChannelSwitch: the channel of running boxes follows the
+// daemon's settings across restarts. A sandbox made on the unix socket
+// moves to TCP when the daemon restarts with agent_channel = "tcp", to a
+// new port when agent_listen changes, and back to the socket when the
+// channel is unix again (the daemon rewrites or removes each box's dial
+// file at start; the agent reads it at every redial); its background
+// process lives through all three.
+func TestAgentChannelSwitch(t *testing.T) {
+	if os.Getenv(testdaemon.AgentChannelEnv) != "" {
+		t.Skip("this test sets the daemon's channel itself")
+	}
+	d := testdaemon.Start(t)
+	t.Cleanup(d.Close)
+	ctx := t.Context()
+	sb := newSandbox(t, d, client.CreateSandboxRequest{})
+	proc, err := d.C.StartProcess(ctx, sb.ID, client.StartProcessRequest{Command: "sleep 600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := func(when string) {
+		t.Helper()
+		p, err := d.C.GetProcess(ctx, sb.ID, proc.ID)
+		if err != nil || p.State != "running" {
+			t.Fatalf("%s: background process %+v, %v", when, p, err)
+		}
+	}
+	freePort := func() int {
+		ln, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().(*net.TCPAddr).Port
+	}
+
+	p1 := freePort()
+	d.RestartWith("--agent-channel", "tcp", "--agent-listen", ":"+strconv.Itoa(p1))
+	waitAgentTCP(t, d, sb.ID, p1)
+	running("on TCP")
+
+	p2 := freePort()
+	d.RestartWith("--agent-listen", ":"+strconv.Itoa(p2))
+	waitAgentTCP(t, d, sb.ID, p2)
+	running("on the new port")
+
+	d.RestartWith("--agent-channel", "unix")
+	mustOK(t, run(t, d, sb.ID, "true"), "exec on the socket")
+	if p := agentTCPPort(t, d, sb.ID, p2); p != 0 {
+		t.Errorf("back on unix, the agent still holds a TCP connection from port %d", p)
+	}
+	if out := run(t, d, sb.ID, "ls /.hotcell/run/").Stdout; strings.Contains(out, "agent-dial.json") {
+		t.Errorf("back on unix, the dial file is still there: %s", out)
+	}
+	running("back on the socket")
+}
+
 // containerOf returns the id of sandbox id's container.
 func containerOf(t *testing.T, id string) string {
 	t.Helper()

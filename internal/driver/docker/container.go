@@ -183,6 +183,24 @@ func writeAgentDial(spec driver.Spec) error {
 	return nil
 }
 
+// RefreshAgentDial rewrites (or, for a nil AgentDial, removes) the dial
+// file in spec's run dir.
+func (d *Driver) RefreshAgentDial(ctx context.Context, spec driver.Spec) error {
+	if spec.AgentDial != nil {
+		return writeAgentDial(spec)
+	}
+	if spec.HostRunDir == "" {
+		return nil
+	}
+	err := os.Remove(filepath.Join(spec.HostRunDir, driver.AgentDialFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove agent dial file: %w", err)
+	}
+	return nil
+}
+
+var _ driver.AgentDialRefresher = (*Driver)(nil)
+
 // containerConfig translates a spec into the engine's container config.
 func containerConfig(spec driver.Spec) (*container.Config, *container.HostConfig, error) {
 	if spec.Image == "" {
