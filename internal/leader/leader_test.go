@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -12,28 +13,35 @@ import (
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
-// eachStore runs fn as a parallel subtest on a new SQLite store and a new
-// PostgreSQL database; fn opens it (each Open is a process as far as the
-// database can tell).
-func eachStore(t *testing.T, fn func(t *testing.T, open func() *store.Store)) {
-	for _, be := range []struct {
-		name   string
-		target func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "hotcell.db") }},
-		{"postgres", func(t *testing.T) string { return testenv.RequirePostgres(t) }},
-	} {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			target := be.target(t)
-			fn(t, func() *store.Store {
+// eachStore runs fn as a parallel subtest on each LeaseStore: a new
+// SQLite store, a new PostgreSQL database and a new namespace of the test
+// Kubernetes cluster (coordination.k8s.io Leases). fn opens it: each open
+// is a new connection or client, a process as far as the backend can tell.
+func eachStore(t *testing.T, fn func(t *testing.T, open func() LeaseStore)) {
+	sqlStore := func(target func(t *testing.T) string) func(t *testing.T) func() LeaseStore {
+		return func(t *testing.T) func() LeaseStore {
+			target := target(t)
+			return func() LeaseStore {
 				s, err := store.Open(t.Context(), target)
 				if err != nil {
 					t.Fatalf("open store: %v", err)
 				}
 				t.Cleanup(func() { s.Close() })
 				return s
-			})
+			}
+		}
+	}
+	for _, be := range []struct {
+		name   string
+		opener func(t *testing.T) func() LeaseStore
+	}{
+		{"sqlite", sqlStore(func(t *testing.T) string { return filepath.Join(t.TempDir(), "hotcell.db") })},
+		{"postgres", sqlStore(func(t *testing.T) string { return testenv.RequirePostgres(t) })},
+		{"kubernetes", kubeLeases},
+	} {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, be.opener(t))
 		})
 	}
 }
@@ -54,7 +62,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // the leader stops, another takes over.
 func TestOneLeaderAndHandover(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, open func() *store.Store) {
+	eachStore(t, func(t *testing.T, open func() LeaseStore) {
 		var (
 			current, most atomic.Int32
 			mu            sync.Mutex
@@ -120,7 +128,7 @@ func TestOneLeaderAndHandover(t *testing.T) {
 // renewal period after.
 func TestTakeOverAfterExpiry(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, open func() *store.Store) {
+	eachStore(t, func(t *testing.T, open func() LeaseStore) {
 		s := open()
 		const ttl = 2 * time.Second
 		took := time.Now()
@@ -150,7 +158,7 @@ func TestTakeOverAfterExpiry(t *testing.T) {
 // stops: its lead's context is cancelled.
 func TestLeaderStepsDownWhenLeaseTaken(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, open func() *store.Store) {
+	eachStore(t, func(t *testing.T, open func() LeaseStore) {
 		const ttl = 3 * time.Second
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
@@ -240,4 +248,38 @@ func TestLeaderStepsDownBeforeExpiryWhenRenewalsFail(t *testing.T) {
 	if expiry := leadAt.Add(-100 * time.Millisecond).Add(ttl); !stopAt.Before(expiry) {
 		t.Errorf("stepped down at %v past the grant, not before the lease's expiry at %v", stopAt.Sub(leadAt), ttl)
 	}
+}
+
+// Of several candidates that try for a free lease at once, exactly one
+// gets it, on every backend.
+func TestOneWinnerOfAFreeLease(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, open func() LeaseStore) {
+		const n = 5
+		stores := make([]LeaseStore, n)
+		for i := range stores {
+			stores[i] = open()
+		}
+		var won atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		now := time.Now()
+		for i, s := range stores {
+			wg.Go(func() {
+				<-start
+				ok, err := s.AcquireLease(t.Context(), "reaper", fmt.Sprint("c", i), now, 10*time.Second)
+				if err != nil {
+					t.Errorf("candidate %d: %v", i, err)
+				}
+				if ok {
+					won.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if w := won.Load(); w != 1 {
+			t.Errorf("%d of %d candidates got the free lease, want 1", w, n)
+		}
+	})
 }
