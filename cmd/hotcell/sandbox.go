@@ -288,8 +288,11 @@ func (a *app) rmCmd() *cobra.Command {
 		Use:     "rm ID...",
 		Aliases: []string{"delete"},
 		Short:   "Destroy sandboxes",
-		Long: `Destroy sandboxes: their containers, workspaces and state. Removing a sandbox
-that is already gone succeeds. Every ID is tried; the command fails if any failed.`,
+		Long: `Destroy sandboxes: their containers, workspaces and state. Each answer comes
+once the sandbox is gone for everyone (not found, its processes killed, its
+firewall rules and gateway tokens removed); the daemon removes its container
+and workspace right after, in the background. Removing a sandbox that is
+already gone succeeds. Every ID is tried; the command fails if any failed.`,
 		Example: `  hotcell rm sb-3f9a1c2b7d4e
   hotcell rm $(hotcell ls -q --label agent=demo)`,
 		Args: requireArgs(1, -1, "at least one sandbox ID"),
