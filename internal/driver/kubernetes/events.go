@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,6 +72,7 @@ func (d *Driver) WatchEvents(ctx context.Context, instance string, fn func(drive
 			}
 			return classify("watch pods", err)
 		}
+		began := time.Now()
 		last, err := d.follow(ctx, w, dead, fn)
 		w.Stop()
 		if err != nil {
@@ -78,6 +80,14 @@ func (d *Driver) WatchEvents(ctx context.Context, instance string, fn func(drive
 		}
 		if last != "" {
 			rv = last
+		}
+		if time.Since(began) < time.Second {
+			// A watch that ends at once, again and again, must not spin.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
 		}
 	}
 }

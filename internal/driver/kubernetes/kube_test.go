@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,6 +91,24 @@ func TestWorkspaceKeptAcrossStop(t *testing.T) {
 		t.Errorf("stat of the service account mount in the box: got %+v, %v; want not found", fi, err)
 	}
 
+	// The kubelet reads a new pod within its housekeeping interval; until
+	// then its counters are listed unavailable.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r, err := d.Stats(ctx, spec.ID)
+		must(t, "stats", err)
+		if !slices.Contains(r.Unavailable, "memory.usage") {
+			if r.MemoryBytes <= 0 || r.CPUUsageNs == 0 || r.MemoryLimitBytes != 0 || (r.Pids < 1 && !slices.Contains(r.Unavailable, "pids.current")) {
+				t.Errorf("stats of the running box: got %+v; want its memory, CPU time and processes (or pids listed unavailable), no memory limit", r)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats of the running box: no reading from the kubelet within a minute: %+v", r)
+		}
+		time.Sleep(time.Second)
+	}
+
 	must(t, "mkdir in the workspace", conn.DoJSON(ctx, "POST", "/v1/fs/mkdir", wire.MkdirRequest{Path: "/workspace/kept"}, nil))
 	uid := pod.UID
 	must(t, "stop", d.Stop(ctx, spec.ID, 5*time.Second))
@@ -125,12 +144,9 @@ func TestWorkspaceKeptAcrossStop(t *testing.T) {
 	if _, err := os.Stat(hostDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the workspace directory on the node after destroy: got %v, want it gone", err)
 	}
-	if _, err := c.PersistentVolumeClaims(ns).Get(ctx, kubernetes.ClaimName(spec.ID), metav1.GetOptions{}); err == nil {
-		// The claim's protection finalizer may hold it a moment; it must be going.
-		claim, _ := c.PersistentVolumeClaims(ns).Get(ctx, kubernetes.ClaimName(spec.ID), metav1.GetOptions{})
-		if claim != nil && claim.DeletionTimestamp == nil {
-			t.Error("the workspace claim is still there after destroy")
-		}
+	// The claim's protection finalizer may hold it a moment; it must be going.
+	if claim, err := c.PersistentVolumeClaims(ns).Get(ctx, kubernetes.ClaimName(spec.ID), metav1.GetOptions{}); err == nil && claim.DeletionTimestamp == nil {
+		t.Error("the workspace claim is still there after destroy")
 	}
 	if _, err := c.Secrets(ns).Get(ctx, kubernetes.PodName(spec.ID), metav1.GetOptions{}); err == nil {
 		t.Error("the record is still there after destroy")
@@ -173,9 +189,11 @@ func TestStartMissingImage(t *testing.T) {
 	spec.Image = "hotcell/never-imported:latest"
 	spec.Persist = false
 	must(t, "create", d.Create(ctx, spec))
+	began := time.Now()
 	if err := d.Start(ctx, spec.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("start with a missing image: got %v, want not found", err)
 	}
+	t.Logf("the failed start took %s", time.Since(began).Round(time.Millisecond))
 	if st, err := d.Inspect(ctx, spec.ID); err != nil || st.State != driver.BoxStopped {
 		t.Errorf("after the failed start: inspect got %+v, %v; want stopped", st, err)
 	}

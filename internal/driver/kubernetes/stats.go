@@ -68,18 +68,22 @@ func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 		return driver.Stats{}, fmt.Errorf("decode stats summary of node %s: %w", p.Spec.NodeName, err)
 	}
 	for _, ps := range sum.Pods {
-		if ps.PodRef.UID != string(p.UID) {
-			continue
+		if ps.PodRef.UID != string(p.UID) || !read(ps.CPU == nil || ps.CPU.UsageCoreNanoSeconds == nil || *ps.CPU.UsageCoreNanoSeconds == 0,
+			ps.Memory == nil || ps.Memory.WorkingSetBytes == nil || *ps.Memory.WorkingSetBytes == 0) {
+			continue // not this pod, or one the kubelet lists before its first reading (all zero)
 		}
-		st := driver.Stats{Read: time.Now()}
+		st := driver.Stats{Read: time.Now(), MemoryLimitBytes: memoryLimit(p)}
 		if c := ps.CPU; c != nil && c.UsageCoreNanoSeconds != nil {
 			st.Read = c.Time
 			st.CPUUsageNs = *c.UsageCoreNanoSeconds
+		} else {
+			st.Unavailable = append(st.Unavailable, "cpu.usage")
 		}
 		if m := ps.Memory; m != nil && m.WorkingSetBytes != nil {
 			st.MemoryBytes = int64(*m.WorkingSetBytes)
+		} else {
+			st.Unavailable = append(st.Unavailable, "memory.usage")
 		}
-		st.MemoryLimitBytes = memoryLimit(p)
 		if n := ps.Network; n != nil {
 			for _, i := range n.Interfaces {
 				if i.RxBytes != nil {
@@ -89,6 +93,10 @@ func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 					st.NetTxBytes += int64(*i.TxBytes)
 				}
 			}
+		} else {
+			// The kubelet reads a pod's network through its runtime; some
+			// (containerd 1.6 on cgroup v1, the test cluster) give none.
+			st.Unavailable = append(st.Unavailable, "network")
 		}
 		if pr := ps.ProcessStats; pr != nil && pr.ProcessCount != nil {
 			st.Pids = int64(*pr.ProcessCount)
@@ -104,9 +112,14 @@ func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	// nothing to give but the limit.
 	return driver.Stats{
 		Read: time.Now(), MemoryLimitBytes: memoryLimit(p),
-		Unavailable: []string{"cpu.usage", "memory.usage", "pids.current", "pids.limit", "network"},
+		Unavailable: []string{"cpu.usage", "memory.usage", "network", "pids.current", "pids.limit"},
 	}, nil
 }
+
+// read reports whether a pod's entry in the summary is a reading: a pod
+// whose agent runs has used CPU time and memory, so an entry with neither
+// is one the kubelet listed before it read the pod's cgroups.
+func read(noCPU, noMemory bool) bool { return !noCPU || !noMemory }
 
 // memoryLimit is the box container's memory limit, 0 when it has none.
 func memoryLimit(p *corev1.Pod) int64 {
