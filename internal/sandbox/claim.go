@@ -350,10 +350,10 @@ func (m *Manager) recoverPooled(ctx context.Context, sb wire.Sandbox) error {
 			return fmt.Errorf("inspect pooled box %s: %w", sb.ID, err)
 		}
 		if st.State == driver.BoxRunning && m.pools.adoptPooled(sb, time.Now().Add(m.opts.ReadyTimeout)) {
+			m.refreshAgentDial(ctx, sb.ID) // before the socket: see Recover
 			if _, err := m.listen(sb.ID); err != nil {
 				return fmt.Errorf("listen for the agent of %s: %w", sb.ID, err)
 			}
-			m.refreshAgentDial(ctx, sb.ID)
 			return nil
 		}
 	}

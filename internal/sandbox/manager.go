@@ -737,11 +737,11 @@ func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
 		return sb, err
 	}
 	defer end()
+	m.refreshAgentDial(ctx, id) // before the box starts and its agent dials
 	conn, err := m.listen(id)
 	if err != nil {
 		return sb, err
 	}
-	m.refreshAgentDial(ctx, id)
 	if err := m.drv.Start(ctx, id); err != nil {
 		return sb, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
@@ -890,10 +890,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 				return fmt.Errorf("record the runtime of %s: %w", sb.ID, err)
 			}
 		}
+		// The dial file before the socket: an agent redialing now must
+		// find the file when the socket answers, or it settles on the
+		// socket for the whole session.
+		m.refreshAgentDial(ctx, sb.ID)
 		if _, err := m.listen(sb.ID); err != nil {
 			return fmt.Errorf("listen for the agent of %s: %w", sb.ID, err)
 		}
-		m.refreshAgentDial(ctx, sb.ID)
 		want := map[driver.BoxState]wire.State{
 			driver.BoxRunning: wire.StateRunning,
 			driver.BoxPaused:  wire.StatePaused,
