@@ -743,8 +743,13 @@ func (c *Controller) verify(ctx context.Context) {
 		}
 	}
 	c.mu.Unlock()
+	ids := make([]string, len(redo))
+	for i, st := range redo {
+		ids[i] = st.id
+	}
+	inPlace, err := c.fw.sandboxesOK(ids)
 	for _, st := range redo {
-		if c.fw.sandboxOK(st.id) {
+		if err == nil && inPlace[st.id] || err != nil && c.fw.sandboxOK(st.id) {
 			continue
 		}
 		c.restore(ctx, st)

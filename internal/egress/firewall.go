@@ -994,6 +994,30 @@ func (f *firewall) baseOK() bool {
 	return err == nil && ok
 }
 
+// sandboxesOK returns which of ids have their jump in place, from one
+// listing of the network's chain: verify looks at every enforced sandbox
+// every few seconds, and a check per sandbox is a process each, under the
+// lock the claims and creates wait for.
+func (f *firewall) sandboxesOK(ids []string) (map[string]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	jumps, err := f.jumps()
+	if err != nil {
+		return nil, err
+	}
+	ok := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		key := sandboxKey(id)
+		gen, known := f.current[key]
+		if !known {
+			continue
+		}
+		mainC, _ := chainNames(key, gen)
+		ok[id] = jumps[mainC] == netip.PrefixFrom(f.addrs[key], 32).String()
+	}
+	return ok, nil
+}
+
 // sandboxOK reports whether the sandbox's jump is still in place.
 func (f *firewall) sandboxOK(id string) bool {
 	f.mu.Lock()

@@ -883,3 +883,34 @@ func TestFirewallClaimBatch(t *testing.T) {
 	ipt.mu.Unlock()
 	checkInvariants(t, c, ipt)
 }
+
+// TestVerifyRestoresRules: the periodic check finds, from one listing of
+// the network's chain, the sandbox whose jump vanished (a host firewall
+// reload) and puts its rules back; the others' rules stay as they are.
+func TestVerifyRestoresRules(t *testing.T) {
+	t.Parallel()
+	c, ipt := testController(t, 7)
+	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressOpen})
+	mustApply(t, c, idB, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"pkg.test"}})
+	gen := func(id string) string {
+		c.fw.mu.Lock()
+		defer c.fw.mu.Unlock()
+		return c.fw.current[sandboxKey(id)]
+	}
+	genA, genB := gen(idA), gen(idB)
+	mainA, _ := chainNames(sandboxKey(idA), genA)
+	ipt.mu.Lock()
+	ipt.chains[c.fw.base] = slices.DeleteFunc(slices.Clone(ipt.chains[c.fw.base]), func(rule string) bool { return strings.Contains(rule, mainA) })
+	ipt.mu.Unlock()
+	if c.fw.sandboxOK(idA) {
+		t.Fatal("the jump removed behind the firewall's back is still seen")
+	}
+	c.verify(t.Context())
+	if !c.fw.sandboxOK(idA) {
+		t.Error("verify did not put A's rules back")
+	}
+	if got := gen(idB); got != genB || !c.fw.sandboxOK(idB) {
+		t.Errorf("verify changed B's rules: generation %s, was %s", got, genB)
+	}
+	checkInvariants(t, c, ipt)
+}
