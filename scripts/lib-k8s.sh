@@ -580,7 +580,15 @@ k8s_down() {
 		for m in $(k8s_ctr containers ls -q 2>/dev/null); do k8s_ctr containers delete "$m" >/dev/null 2>&1; done
 	fi
 	k8s_stop containerd
-	for m in $(pgrep -f -- "-address $s/containerd/containerd.sock" || true); do kill -9 "$m" 2>/dev/null || true; done
+	# A shim killed leaves its socket in /run/containerd/s (shared with
+	# Docker's containerd), named by the hash of our address, namespace, id.
+	local sid sns
+	for m in $(pgrep -f -- "-address $s/containerd/containerd.sock" || true); do
+		sid=$(tr '\0' '\n' <"/proc/$m/cmdline" 2>/dev/null | sed -n '/^-id$/{n;p;}')
+		sns=$(tr '\0' '\n' <"/proc/$m/cmdline" 2>/dev/null | sed -n '/^-namespace$/{n;p;}')
+		kill -9 "$m" 2>/dev/null || true
+		[ -z "$sid" ] || rm -f "/run/containerd/s/$(printf '%s' "$s/containerd/containerd.sock/${sns:-k8s.io}/$sid" | sha256sum | cut -d' ' -f1)"
+	done
 	# Processes still in the pods' cgroups, then the cgroups.
 	for m in /sys/fs/cgroup/*/hotcell-k8s /sys/fs/cgroup/hotcell-k8s; do
 		[ -d "$m" ] || continue
