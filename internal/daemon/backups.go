@@ -18,9 +18,23 @@ import (
 // service: a create that restores a backup gets its populate step from it.
 func startBackups(ctx context.Context, cfg config.Config, st *store.Store, drv *docker.Driver, mgr *sandbox.Manager, ops *inflight.Group, log *slog.Logger) (*backup.Service, error) {
 	limits := backup.Limits{MaxSize: cfg.BackupMaxSize, Quota: cfg.BackupQuota, MinFree: cfg.MinFreeDisk, IdleTimeout: cfg.BackupIdleTimeout}
-	bk := backup.New(backup.Options{DataDir: cfg.DataDir, Store: st, Sandboxes: mgr, Snapshotter: drv, Ops: ops, Limits: limits, Log: log})
+	bk := backup.New(backup.Options{DataDir: cfg.DataDir, Store: st, Sandboxes: mgr, Snapshotter: imagesAfterDestroys{drv, &mgr}, Ops: ops, Limits: limits, Log: log})
 	if err := bk.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover backups: %w", err)
 	}
 	return bk, nil
+}
+
+// imagesAfterDestroys is the driver for the snapshots and the templates:
+// an image a destroyed sandbox's box still holds while the box is removed
+// in the background is removed once that is done
+// (sandbox.Manager.RemoveImage). mgr is read at each call: the templates
+// are made before the manager.
+type imagesAfterDestroys struct {
+	*docker.Driver
+	mgr **sandbox.Manager
+}
+
+func (d imagesAfterDestroys) RemoveImage(ctx context.Context, ref string) error {
+	return (*d.mgr).RemoveImage(ctx, ref, d.Driver.RemoveImage)
 }

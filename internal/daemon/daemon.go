@@ -155,7 +155,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	}
 	// The templates' users are the manager's sandboxes, and the manager's
 	// pools make boxes from the templates.
-	tpls := templates.New(st, drv, func(ctx context.Context) ([]wire.Sandbox, error) {
+	tpls := templates.New(st, imagesAfterDestroys{drv, &mgr}, func(ctx context.Context) ([]wire.Sandbox, error) {
 		return mgr.List(ctx, sandbox.ListFilter{})
 	}, log)
 	mgr = sandbox.New(drv, st, sandbox.Options{

@@ -104,6 +104,10 @@ type Manager struct {
 	store Store
 	log   *slog.Logger
 
+	// removing counts the destroys still removing their boxes in the
+	// background (Destroy); RemoveImage waits for them.
+	removing removals
+
 	mu    sync.Mutex
 	conns map[string]*agentconn.Conn
 	locks keyedmutex.Map // one per sandbox id, serialising its lifecycle
@@ -619,6 +623,10 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		return fmt.Errorf("record sandbox %s as destroyed: %w", id, err)
 	}
 	clock.step("record_destroyed")
+	// The log says destroyed as soon as the sandbox is gone for users (a
+	// GET of it is a 404 from the Put on), as before the removal moved to
+	// the background.
+	m.Event(ctx, id, wire.SandboxEventDestroyed, "", nil)
 	m.closeConn(id)
 	m.life.activity.forget(id)
 	if err := m.forgetSide(ctx, id); err != nil {
@@ -629,8 +637,6 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		return m.destroyFailed(ctx, id, fmt.Errorf("kill box: %w", err))
 	}
 	m.log.Info("sandbox destroyed; removing its box in the background", "sandbox", id)
-	m.Event(ctx, id, wire.SandboxEventDestroyed, "", nil)
-	clock.step("event")
 
 	// The rest outlives the request, under the sandbox's lock (transitions
 	// and the reconciler wait, a second destroy returns when it is done)
@@ -640,7 +646,9 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		return nil // shutting down: the next start finishes it
 	}
 	handedOff = true
+	m.removing.add()
 	go func() {
+		defer m.removing.done()
 		defer bend()
 		defer unlock()
 		bclock := m.clock("destroy", m.log.With("sandbox", id))
@@ -668,8 +676,65 @@ func (m *Manager) destroyFailed(ctx context.Context, id string, err error) error
 	if terr := m.teardown(ctx, id); terr != nil {
 		return errors.Join(err, terr)
 	}
-	m.Event(ctx, id, wire.SandboxEventDestroyed, "", nil)
 	return nil
+}
+
+// RemoveImage removes image ref through remove (a driver's), and when a box
+// still uses it, waits for the destroys still removing their boxes in the
+// background and tries once more: those sandboxes are destroyed for the
+// caller, who may remove the snapshot or template they were made from at
+// once. A box of a sandbox that exists keeps the image: the conflict stays.
+func (m *Manager) RemoveImage(ctx context.Context, ref string, remove func(context.Context, string) error) error {
+	err := remove(ctx, ref)
+	if !errors.Is(err, errdefs.ErrConflict) {
+		return err
+	}
+	select {
+	case <-m.removing.idle():
+	case <-ctx.Done():
+		return err
+	}
+	return remove(ctx, ref)
+}
+
+// removals counts work in flight and tells when none is left; unlike a
+// sync.WaitGroup it may be waited on while work is added.
+type removals struct {
+	mu sync.Mutex
+	n  int
+	// none is closed while n is 0, replaced when work starts again.
+	none chan struct{}
+}
+
+func (r *removals) add() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == 0 {
+		r.none = make(chan struct{})
+	}
+	r.n++
+}
+
+func (r *removals) done() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n--
+	if r.n == 0 {
+		close(r.none)
+	}
+}
+
+// idle returns a channel closed once no work is in flight (at once if none
+// is now).
+func (r *removals) idle() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return r.none
 }
 
 // forgetSide removes a sandbox's firewall rules and gateway tokens.

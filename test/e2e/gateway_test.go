@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -161,6 +162,7 @@ func hostPost(t *testing.T, url, token string) int {
 	if err != nil {
 		t.Fatalf("post %s: %v", url, err)
 	}
+	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
 }
@@ -402,9 +404,19 @@ print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"
 				t.Errorf("revoked token: got %d, want 401", st)
 			}
 			// Tokens and usage outlive a daemon restart; the gateway comes back.
-			before, err := d.C.Usage(ctx, a.ID)
-			if err != nil {
-				t.Fatal(err)
+			// A call is counted when the gateway's handler ends, just after
+			// the caller has the answer's last byte: wait until no call
+			// holds a reservation.
+			var before client.SandboxUsage
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				before, err = d.C.Usage(ctx, a.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				inFlight := slices.ContainsFunc(before.Providers, func(p client.GatewayUsage) bool { return p.ReservedTokens > 0 })
+				if !inFlight || time.Now().After(deadline) {
+					break
+				}
 			}
 			d.Stop(syscall.SIGTERM)
 			d.Restart()
