@@ -91,7 +91,9 @@ func TLSDialer(d driver.AgentDial) (Dialer, error) {
 // FallbackDialer tries first and, when it fails to connect, second: an
 // agent told to dial over TCP still reaches a daemon that also listens on
 // the run dir's socket when its box has no route to the TCP listener (a
-// box whose egress was set to none is cut off every network).
+// box whose egress was set to none is cut off every network). A
+// connection from second is a FallbackConn whose Retry says when first
+// answers again.
 func FallbackDialer(first, second Dialer) Dialer {
 	return func(ctx context.Context) (net.Conn, error) {
 		c, err := first(ctx)
@@ -100,10 +102,37 @@ func FallbackDialer(first, second Dialer) Dialer {
 		}
 		c, err2 := second(ctx)
 		if err2 == nil {
-			return c, nil
+			return &FallbackConn{Conn: c, first: first}, nil
 		}
 		return nil, errors.Join(err, err2)
 	}
+}
+
+// FallbackConn is a session's connection that came by the fallback. An
+// agent that fell back only because the daemon was restarting (its TCP
+// listener, or the firewall rule for a new port, not up yet) would stay on
+// the socket for good; RunDialer asks Retry now and then and ends such a
+// session once the first way connects again.
+type FallbackConn struct {
+	net.Conn
+	first Dialer
+}
+
+// fallbackRetry is how often a fallback session checks the first way.
+const fallbackRetry = 3 * time.Second
+
+// Retry reports whether the first way connects now. Its connection is
+// closed at once: the daemon sees a handshake that never came, not a
+// second session.
+func (c *FallbackConn) Retry(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	nc, err := c.first(ctx)
+	if err != nil {
+		return false
+	}
+	nc.Close()
+	return true
 }
 
 // FileDialer reads dialFile at every attempt: when it is there, it dials

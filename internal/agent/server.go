@@ -58,6 +58,36 @@ func Serve(ctx context.Context, conn net.Conn, h http.Handler) error {
 	return fmt.Errorf("serve agent channel: %w", err)
 }
 
+// retryFirst ends a session that came by the fallback (FallbackConn) once
+// the preferred way connects again, so the agent redials by it. It
+// returns a func that stops the checks.
+func retryFirst(ctx context.Context, conn net.Conn, log *slog.Logger) (stop func()) {
+	fc, ok := conn.(*FallbackConn)
+	if !ok {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(fallbackRetry)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if fc.Retry(ctx) {
+				log.Debug("the preferred channel answers again; leaving the fallback")
+				fc.Close()
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // DefaultSocket is where the daemon listens for its agent, inside the sandbox.
 const DefaultSocket = driver.RunDir + "/" + driver.AgentSocket
 
@@ -89,7 +119,9 @@ func RunDialer(ctx context.Context, dial Dialer, h http.Handler, logger *slog.Lo
 		if err == nil {
 			log.Debug("connected to daemon")
 			started := time.Now()
+			stop := retryFirst(ctx, conn, log)
 			err = Serve(ctx, conn, h)
+			stop()
 			if time.Since(started) > maxBackoff {
 				backoff = minBackoff // a session that lived was a success
 			}

@@ -59,6 +59,18 @@ func agentTCPPort(t *testing.T, d *testdaemon.Daemon, id string, port int) int {
 	return 0
 }
 
+// quietLog is the daemon's log without the request lines that polling
+// fills it with.
+func quietLog(d *testdaemon.Daemon) string {
+	var b strings.Builder
+	for l := range strings.Lines(d.LogsSince(0)) {
+		if !strings.Contains(l, "msg=request") {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
 // waitAgentTCP waits until the box's agent holds a TCP session.
 func waitAgentTCP(t *testing.T, d *testdaemon.Daemon, id string, port int) int {
 	t.Helper()
@@ -68,7 +80,7 @@ func waitAgentTCP(t *testing.T, d *testdaemon.Daemon, id string, port int) int {
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s: its agent holds no TCP connection to port %d (it fell back to the socket?)\n%s", id, port, d.Logs())
+			t.Fatalf("sandbox %s: its agent holds no TCP connection to port %d (it fell back to the socket?)\n%s", id, port, quietLog(d))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
