@@ -6,9 +6,11 @@ package driver
 import (
 	"context"
 	"io"
+	"math"
 	"net/netip"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -212,4 +214,20 @@ type Prober interface {
 type LayerSizer interface {
 	// LayerSize returns the bytes allocated to the box's writable layer.
 	LayerSize(ctx context.Context, id string) (int64, error)
+}
+
+// CheckLimits refuses limits no backend can apply (negative, or a CPU
+// count that is not a number), naming the field. Zero means no limit.
+func CheckLimits(l wire.Limits) error {
+	switch {
+	case l.MemoryMB < 0:
+		return errdefs.Invalid("limits.memoryMb", "must not be negative")
+	case l.CPUs < 0 || math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0):
+		return errdefs.Invalid("limits.cpus", "must be a positive number")
+	case l.PidsLimit < 0:
+		return errdefs.Invalid("limits.pidsLimit", "must not be negative")
+	case l.DiskMB < 0:
+		return errdefs.Invalid("limits.diskMb", "must not be negative")
+	}
+	return nil
 }

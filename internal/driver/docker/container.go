@@ -283,15 +283,8 @@ func envList(spec driver.Spec) ([]string, error) {
 func resources(spec driver.Spec) (container.Resources, error) {
 	var r container.Resources
 	l := spec.Limits
-	switch {
-	case l.MemoryMB < 0:
-		return r, errdefs.Invalid("limits.memoryMb", "must not be negative")
-	case l.CPUs < 0 || math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0):
-		return r, errdefs.Invalid("limits.cpus", "must be a positive number")
-	case l.PidsLimit < 0:
-		return r, errdefs.Invalid("limits.pidsLimit", "must not be negative")
-	case l.DiskMB < 0:
-		return r, errdefs.Invalid("limits.diskMb", "must not be negative")
+	if err := driver.CheckLimits(l); err != nil {
+		return r, err
 	}
 	if l.MemoryMB > 0 {
 		r.Memory = l.MemoryMB << 20

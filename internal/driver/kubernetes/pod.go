@@ -245,15 +245,8 @@ func envVars(spec driver.Spec) ([]corev1.EnvVar, error) {
 func resources(spec driver.Spec) (corev1.ResourceRequirements, error) {
 	var r corev1.ResourceRequirements
 	l := spec.Limits
-	switch {
-	case l.MemoryMB < 0:
-		return r, errdefs.Invalid("limits.memoryMb", "must not be negative")
-	case l.CPUs < 0 || math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0):
-		return r, errdefs.Invalid("limits.cpus", "must be a positive number")
-	case l.PidsLimit < 0:
-		return r, errdefs.Invalid("limits.pidsLimit", "must not be negative")
-	case l.DiskMB < 0:
-		return r, errdefs.Invalid("limits.diskMb", "must not be negative")
+	if err := driver.CheckLimits(l); err != nil {
+		return r, err
 	}
 	// A pod has no pids limit of its own: the kubelet's podPidsLimit
 	// bounds every pod of the node (docs/kubernetes.md).
