@@ -4,10 +4,10 @@
 //
 // Elector is the small interface such a task is run under. StoreLease
 // implements it with a lease row in the store (internal/store's leases),
-// which works on PostgreSQL as on SQLite. On Kubernetes the same
-// interface is meant to be met by a coordination.k8s.io Lease (client-go's
-// leaderelection); that implementation does not exist yet, and nothing in
-// the daemon runs under an Elector yet.
+// which works on PostgreSQL as on SQLite. KubeLeases puts the same lease
+// on a coordination.k8s.io/v1 Lease object, for daemons that share a
+// Kubernetes cluster: StoreLease{Store: &KubeLeases{...}} elects through the
+// API server. Nothing in the daemon runs under an Elector yet.
 package leader
 
 import (
@@ -28,7 +28,8 @@ type Elector interface {
 	Run(ctx context.Context, lead func(ctx context.Context))
 }
 
-// LeaseStore is what StoreLease needs: internal/store's *Store.
+// LeaseStore is what StoreLease needs: internal/store's *Store, or
+// KubeLeases.
 type LeaseStore interface {
 	AcquireLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error)
 	ReleaseLease(ctx context.Context, name, holder string) error
