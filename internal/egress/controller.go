@@ -50,7 +50,21 @@ type Config struct {
 	// DefaultQueryRate and twice it if 0. Queries above are REFUSED
 	// without being forwarded.
 	QueryRate, QueryBurst float64
-	Log                   *slog.Logger
+	// Node runs the controller on a Kubernetes node (hotcell egress-node)
+	// rather than beside Docker: forwarded traffic is caught in FORWARD,
+	// not DOCKER-USER; sandboxes are matched by a set of their addresses,
+	// not by Subnet, which is the cluster's pod range and holds other pods
+	// too (it is still what "other sandboxes" refuses); the jumps are kept
+	// first in their chains; and a box cannot leave the network, so mode
+	// none is a chain that refuses everything but Allowed.
+	Node bool
+	// ForwardChain overrides the chain forwarded traffic is caught in
+	// (DOCKER-USER; FORWARD with Node).
+	ForwardChain string
+	// Allowed are TCP endpoints every sandbox reaches in every mode, none
+	// included: on a cluster, the daemon's agent channel.
+	Allowed []netip.AddrPort
+	Log     *slog.Logger
 }
 
 // maxDenied bounds each sandbox's log of denied attempts.
@@ -182,11 +196,14 @@ func (c *Controller) Start(ctx context.Context) error {
 	if c.cfg.AgentPort > 0 {
 		ports = append(ports, c.cfg.AgentPort)
 	}
-	c.fw = newFirewall(iptablesCmd{ipt}, ipsetCmd{}, c.cfg.Network, c.cfg.Subnet, gw, ports, c.cfg.AllowPrivate)
+	c.fw = c.cfg.firewall(iptablesCmd{ipt}, gw, ports)
 	if hostHasIPv6() {
 		bridge, err := c.drv.NetworkBridge(ctx, c.cfg.Network)
 		if err != nil {
 			return fmt.Errorf("egress network: %w", err)
+		}
+		if bridge == "" {
+			return fmt.Errorf("egress network %s: no bridge to drop IPv6 from", c.cfg.Network)
 		}
 		ip6, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv6))
 		if err != nil {
@@ -221,6 +238,20 @@ func (c *Controller) Start(ctx context.Context) error {
 		"chain", c.fw.base, "upstreams", c.cfg.Upstreams, "defaultMode", c.cfg.DefaultMode, "nflogGroup", c.fw.logGroup,
 		"allowPrivate", c.cfg.AllowPrivate)
 	return nil
+}
+
+// firewall makes the firewall cfg describes.
+func (cfg Config) firewall(ipt iptablesAPI, gw netip.Addr, ports []int) *firewall {
+	f := newFirewall(ipt, ipsetCmd{}, cfg.Network, cfg.Subnet, gw, ports, cfg.AllowPrivate)
+	f.node = cfg.Node
+	if cfg.Node {
+		f.forward = "FORWARD"
+	}
+	if cfg.ForwardChain != "" {
+		f.forward = cfg.ForwardChain
+	}
+	f.allowed = cfg.Allowed
+	return f
 }
 
 // Close stops the resolver and the denial log reader. The rules stay:
@@ -281,7 +312,8 @@ func (c *Controller) Apply(ctx context.Context, id string, wp wire.EgressPolicy)
 	if err != nil {
 		return err
 	}
-	if p.Mode == wire.EgressNone {
+	// On a node a box cannot be detached: mode none is a chain of its own.
+	if p.Mode == wire.EgressNone && !c.cfg.Node {
 		if err := c.drv.Disconnect(ctx, id, c.cfg.Network); err != nil {
 			return fmt.Errorf("apply egress of %s: %w", id, err)
 		}
@@ -378,7 +410,7 @@ func (c *Controller) Claim(ctx context.Context, id string, wp wire.EgressPolicy)
 	case same:
 		// The box waited under the policy its claimer asks for: its
 		// rules stay as they are.
-	case !known || !addr.IsValid() || p.Mode == wire.EgressNone:
+	case !known || !addr.IsValid() || p.Mode == wire.EgressNone && !c.cfg.Node:
 		err = c.Apply(ctx, id, wp)
 	default:
 		err = c.fw.switchTo(id, addr, p)
@@ -779,11 +811,17 @@ func (c *Controller) restore(ctx context.Context, st *sandboxState) {
 // for uninstalling; a running daemon's sandboxes lose their confinement
 // to the default drop of nothing (their traffic is then Docker's).
 func Teardown(network string, subnet netip.Prefix) error {
+	return TeardownConfig(Config{Network: network, Subnet: subnet})
+}
+
+// TeardownConfig is Teardown for the network of cfg (Network, Subnet,
+// Node, ForwardChain).
+func TeardownConfig(cfg Config) error {
 	ipt, err := iptables.New()
 	if err != nil {
 		return fmt.Errorf("egress teardown: %w", err)
 	}
-	f := newFirewall(ipt, ipsetCmd{}, network, subnet, netip.Addr{}, nil, nil)
+	f := cfg.firewall(ipt, netip.Addr{}, nil)
 	if hostHasIPv6() {
 		ip6, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv6))
 		if err == nil {
@@ -801,7 +839,7 @@ func Teardown(network string, subnet netip.Prefix) error {
 	if err := f.prune(nil); err != nil {
 		errs = append(errs, err)
 	}
-	for _, c := range []string{chainForward, chainInput} {
+	for _, c := range f.hooks() {
 		if err := ipt.DeleteIfExists(table, c, f.baseJump(c)...); err != nil {
 			errs = append(errs, err)
 		}

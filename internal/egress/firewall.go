@@ -154,6 +154,18 @@ type firewall struct {
 	// private are the private ranges dropped in every mode: PrivateRanges
 	// less the networks the operator allowed.
 	private []netip.Prefix
+	// forward is the chain forwarded traffic is caught in: DOCKER-USER on
+	// Docker, FORWARD on a Kubernetes node (nodeMode).
+	forward string
+	// node matches sandboxes by the network's set of their addresses
+	// (srcSet) instead of the whole subnet, and keeps the jumps first in
+	// their chains: on a Kubernetes node the pod range holds other
+	// workloads' pods too, and the CNI's own FORWARD rules accept pod
+	// traffic if they come first.
+	node bool
+	// allowed are TCP endpoints every sandbox reaches in every mode (on a
+	// cluster, the daemon's agent channel).
+	allowed []netip.AddrPort
 
 	mu      sync.Mutex
 	current map[string]string // sandbox key → generation in force
@@ -188,6 +200,7 @@ func newFirewall(ipt iptablesAPI, sets ipsetAPI, network string, subnet netip.Pr
 		subnet:       subnet,
 		gateway:      gateway,
 		gatewayPorts: gatewayPorts,
+		forward:      chainForward,
 		current:      map[string]string{},
 		addrs:        map[string]netip.Addr{},
 		dyn:          map[string]map[dynRule]bool{},
@@ -240,6 +253,10 @@ func (f *firewall) privSet() string { return f.base + "-p" }
 func (f *firewall) learnedSet() string { return f.base + "-l" }
 func anySet(key string) string         { return "HCS-" + key }
 
+// srcSet holds the addresses of the sandboxes (node mode): the jumps to
+// the network's chain match it, so other pods on the node are not touched.
+func (f *firewall) srcSet() string { return f.base + "-a" }
+
 // mayHaveAny reports whether sandbox key may have an anySet.
 func (f *firewall) mayHaveAny(key string) bool {
 	return !f.inventoried || f.unsure[key] || f.hasAny[key]
@@ -290,12 +307,19 @@ func (f *firewall) ensureSets() error {
 	if err := f.sets.Replace(f.privSet(), "hash:net", prefixStrings(f.private)); err != nil {
 		return fmt.Errorf("private range set: %w", err)
 	}
+	if f.node {
+		// Made, never emptied: the sandboxes in it stay confined across
+		// a restart of the controller.
+		if err := f.sets.Create(f.srcSet(), "hash:ip", "maxelem", "65536"); err != nil {
+			return fmt.Errorf("sandbox address set: %w", err)
+		}
+	}
 	return nil
 }
 
 // destroySets removes the network's sets, once no rule refers to them.
 func (f *firewall) destroySets() {
-	for _, s := range []string{f.metaSet(), f.privSet(), f.learnedSet()} {
+	for _, s := range []string{f.metaSet(), f.privSet(), f.learnedSet(), f.srcSet()} {
 		_ = f.sets.Destroy(s)
 	}
 }
@@ -314,10 +338,32 @@ func newGen() string {
 // network's chain. The host's own connections to its gateway address come
 // from that address too, but over lo, so INPUT leaves lo out.
 func (f *firewall) baseJump(c string) []string {
-	if c == chainInput {
-		return []string{"-s", f.subnet.String(), "!", "-i", "lo", "-j", f.base}
+	src := []string{"-s", f.subnet.String()}
+	if f.node {
+		src = []string{"-m", "set", "--match-set", f.srcSet(), "src"}
 	}
-	return []string{"-s", f.subnet.String(), "-j", f.base}
+	if c == chainInput {
+		return append(src, "!", "-i", "lo", "-j", f.base)
+	}
+	return append(src, "-j", f.base)
+}
+
+// hooks are the chains that jump to the network's chain.
+func (f *firewall) hooks() []string { return []string{f.forward, chainInput} }
+
+// jumpFirst reports whether the first rule of chain c is the jump to the
+// network's chain (node mode keeps it there: see firewall.node).
+func (f *firewall) jumpFirst(c string) (bool, error) {
+	lines, err := f.ipt.List(table, c)
+	if err != nil {
+		return false, err
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "-A ") {
+			return strings.HasSuffix(l, " -j "+f.base), nil
+		}
+	}
+	return false, nil
 }
 
 var baseDrop = []string{"-m", "comment", "--comment", commentPrefix + "unknown sandbox address", "-j", "DROP"}
@@ -352,10 +398,25 @@ func (f *firewall) ensureBase() (changed bool, err error) {
 	// The first INPUT jump of this layout matched lo too, cutting the host
 	// off from its own gateway address.
 	_ = f.ipt.DeleteIfExists(table, chainInput, "-s", f.subnet.String(), "-j", f.base)
-	for _, c := range []string{chainForward, chainInput} {
+	for _, c := range f.hooks() {
 		ok, err := f.ipt.Exists(table, c, f.baseJump(c)...)
 		if err != nil {
 			return changed, fmt.Errorf("check jump from %s (is Docker running? it makes %s): %w", c, chainForward, err)
+		}
+		if ok && f.node && c == f.forward {
+			// Anything above the jump (a CNI's accept of pod traffic,
+			// added after it) would let sandboxes past: move it up.
+			// INPUT has no such rules (the kubelet's are off).
+			first, err := f.jumpFirst(c)
+			if err != nil {
+				return changed, fmt.Errorf("list chain %s: %w", c, err)
+			}
+			if !first {
+				if err := f.ipt.DeleteIfExists(table, c, f.baseJump(c)...); err != nil {
+					return changed, fmt.Errorf("move jump from %s to %s: %w", c, f.base, err)
+				}
+				ok = false
+			}
 		}
 		if !ok {
 			if err := f.ipt.Insert(table, c, 1, f.baseJump(c)...); err != nil {
@@ -377,6 +438,9 @@ func (f *firewall) policyRules(id string, p Policy, dynChain string) [][]string 
 	}
 	for _, port := range f.gatewayPorts {
 		rules = append(rules, []string{"-d", gw, "-p", "tcp", "-m", "tcp", "--dport", strconv.Itoa(port), "-j", "ACCEPT"})
+	}
+	for _, ap := range f.allowed {
+		rules = append(rules, []string{"-d", netip.PrefixFrom(ap.Addr(), 32).String(), "-p", "tcp", "-m", "tcp", "--dport", strconv.Itoa(int(ap.Port())), "-j", "ACCEPT"})
 	}
 	key := sandboxKey(id)
 	rules = append(rules, f.logged(key, reasonHost, []string{"-m", "addrtype", "--dst-type", "LOCAL"}, "host")...)
@@ -468,6 +532,13 @@ func (f *firewall) applyLocked(id string, addr netip.Addr, p Policy, dyn []dynRu
 		_ = f.ipt.ClearAndDeleteChain(table, mainC)
 		_ = f.ipt.ClearAndDeleteChain(table, dynC)
 		return counters{}, err
+	}
+	if f.node {
+		// Caught from now on: without its rules (a failure below) the
+		// address meets the network chain's final drop.
+		if err := f.sets.Add(f.srcSet(), addr.String()); err != nil {
+			return counters{}, fmt.Errorf("sandbox address set: %w", err)
+		}
 	}
 	if p.Mode == wire.EgressAllowlist {
 		// The sandbox's any-port set is made anew with what it keeps
@@ -575,6 +646,11 @@ func (f *firewall) applyLocked(id string, addr netip.Addr, p Policy, dyn []dynRu
 		errs = append(errs, err)
 	}
 	f.dyn[key] = keep
+	if f.node && oldAddr.IsValid() && oldAddr != addr {
+		if err := f.sets.Del(f.srcSet(), oldAddr.String()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return old, fmt.Errorf("%w: %w", errTidy, err)
 	}
@@ -869,9 +945,14 @@ func (f *firewall) remove(id string, counts bool) (counters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	key := sandboxKey(id)
-	c, err := f.removeOld(key, "", f.current[key], f.addrs[key], counts)
+	addr := f.addrs[key]
+	c, err := f.removeOld(key, "", f.current[key], addr, counts)
 	delete(f.current, key)
 	delete(f.addrs, key)
+	if f.node && addr.IsValid() {
+		// The address may go to another pod, not a sandbox's.
+		err = errors.Join(err, f.sets.Del(f.srcSet(), addr.String()))
+	}
 	return c, err
 }
 
@@ -978,6 +1059,9 @@ func (f *firewall) prune(keep []string) error {
 		if _, err := f.removeExcept(key, "", false); err != nil {
 			errs = append(errs, err)
 		}
+		if src, perr := netip.ParsePrefix(jumps[target]); f.node && perr == nil {
+			errs = append(errs, f.sets.Del(f.srcSet(), src.Addr().String()))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -985,9 +1069,14 @@ func (f *firewall) prune(keep []string) error {
 // baseOK reports whether the jumps to the base chain are in place: a host
 // firewall reload or an engine restart can remove them.
 func (f *firewall) baseOK() bool {
-	for _, c := range []string{chainForward, chainInput} {
+	for _, c := range f.hooks() {
 		if ok, err := f.ipt.Exists(table, c, f.baseJump(c)...); err != nil || !ok {
 			return false
+		}
+		if f.node && c == f.forward {
+			if first, err := f.jumpFirst(c); err != nil || !first {
+				return false
+			}
 		}
 	}
 	ok, err := f.ipt.Exists(table, f.base, baseDrop...)

@@ -118,3 +118,18 @@ func (f *firewall) blockedAddr(a netip.Addr) bool {
 	}
 	return false
 }
+
+// BlockedRanges are the IPv4 ranges refused in every mode, whatever the
+// rules of a sandbox (the host's own addresses aside, which only the host
+// knows): multicast and reserved, link-local, this network, loopback, the
+// metadata services and the private ranges less allowPrivate. A
+// Kubernetes NetworkPolicy expresses them as an ipBlock's except.
+func BlockedRanges(allowPrivate []netip.Prefix) []netip.Prefix {
+	out := []netip.Prefix{thisNetwork, loopback4, linkLocalPrefix, multicastReserved}
+	for _, m := range MetadataAddrs {
+		if !linkLocalPrefix.Contains(m.Addr()) {
+			out = append(out, m)
+		}
+	}
+	return append(out, blockedPrivate(allowPrivate)...)
+}
