@@ -65,6 +65,12 @@ type Spec struct {
 	// filesystem): its agent then dials the daemon over TCP with TLS.
 	// Nil: the agent dials the unix socket in HostRunDir.
 	AgentDial *AgentDial
+	// Egress is the box's egress policy, for a backend that carries it to
+	// an enforcer of its own (the Kubernetes driver: a NetworkPolicy and
+	// the pod's annotation, which hotcell egress-node applies); nil for
+	// none. The Docker driver ignores it: its daemon's egress controller
+	// keeps the rules.
+	Egress *wire.EgressPolicy
 }
 
 // BoxState is a backend's view of a box.

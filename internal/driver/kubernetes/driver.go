@@ -91,6 +91,8 @@ type Config struct {
 	RuntimeClasses map[string]string
 	// StartTimeout bounds how long Start waits for a pod to run.
 	StartTimeout time.Duration
+	// Egress says what becomes of a spec's egress policy (egress.go).
+	Egress EgressConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -146,6 +148,15 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	rc.UserAgent = "hotcell"
+	c, err := NewClient(rc)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithClient(c, cfg), nil
+}
+
+// NewClient makes a cluster client from rc.
+func NewClient(rc *rest.Config) (k8s.Interface, error) {
 	// A create burst is several calls per sandbox; client-go's default of
 	// 5 per second would queue them.
 	rc.QPS, rc.Burst = 100, 200
@@ -153,7 +164,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return NewWithClient(c, cfg), nil
+	return c, nil
 }
 
 // NewWithClient returns a driver that uses c.

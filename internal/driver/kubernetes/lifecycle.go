@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/egress"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -29,6 +30,11 @@ const recordPod = "pod.json"
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if err := checkID(spec.ID); err != nil {
 		return err
+	}
+	if spec.Egress != nil {
+		if _, err := egress.ParsePolicy("egress", *spec.Egress, wire.EgressOpen); err != nil {
+			return err
+		}
 	}
 	class, err := d.runtimeClass(ctx, spec.Runtime)
 	if err != nil {
@@ -74,6 +80,19 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 		}
 	}()
 	driver.TraceStep(ctx, "record")
+	if spec.Egress != nil && d.cfg.Egress.NetworkPolicies {
+		if err := d.putNetworkPolicy(ctx, spec.ID, spec.Instance, *spec.Egress); err != nil {
+			return fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+		}
+		defer func() {
+			if err == nil {
+				return
+			}
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			err = errors.Join(err, d.removeNetworkPolicy(cctx, spec.ID))
+		}()
+	}
 	if spec.Persist {
 		created, err := d.ensureWorkspace(ctx, spec)
 		if err != nil {
@@ -161,7 +180,10 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	}
 	if p != nil {
 		if p.DeletionTimestamp == nil && (p.Status.Phase == corev1.PodPending || p.Status.Phase == corev1.PodRunning) {
-			return d.waitRunning(ctx, id)
+			if err := d.waitRunning(ctx, id); err != nil {
+				return err
+			}
+			return d.waitEgressApplied(ctx, id, p.UID)
 		}
 		// A pod that ended (its agent exited) or is on its way out: the
 		// box starts again as a new pod of the same name.
@@ -174,13 +196,22 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		return fmt.Errorf("start sandbox %s: decode its pod: %w", id, err)
 	}
 	pod.Namespace = d.cfg.Namespace
-	if _, err := d.c.CoreV1().Pods(d.cfg.Namespace).Create(ctx, &pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	made, err := d.c.CoreV1().Pods(d.cfg.Namespace).Create(ctx, &pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
 		// Already there: a start racing this one made it.
+		made, err = d.c.CoreV1().Pods(d.cfg.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	}
+	if err != nil {
 		return classify("create pod "+pod.Name, err)
 	}
 	driver.TraceStep(ctx, "pod_create")
 	err = d.waitRunning(ctx, id)
 	driver.TraceStep(ctx, "pod_start")
+	if err == nil {
+		// Nothing of the user's runs before the node's rules are in.
+		err = d.waitEgressApplied(ctx, id, made.UID)
+		driver.TraceStep(ctx, "egress")
+	}
 	if err != nil {
 		// Leave the box stopped, not half started.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -357,6 +388,11 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)
 	}
 	driver.TraceStep(ctx, "volume")
+	if d.cfg.Egress.NetworkPolicies {
+		if err := d.removeNetworkPolicy(ctx, id); err != nil {
+			return fmt.Errorf("destroy sandbox %s: %w", id, err)
+		}
+	}
 	err = d.c.CoreV1().Secrets(d.cfg.Namespace).Delete(ctx, PodName(id), metav1.DeleteOptions{})
 	if err != nil && !isNotFound(err) {
 		return classify("remove record of sandbox "+id, err)

@@ -78,6 +78,11 @@ func (d *Driver) podFor(spec driver.Spec, runtimeClass string) (*corev1.Pod, err
 	if err != nil {
 		return nil, err
 	}
+	if spec.Egress != nil {
+		if annotations[AnnoEgress], err = encodeEgress(spec.Egress); err != nil {
+			return nil, err
+		}
+	}
 
 	agentDir := path.Dir(driver.AgentPath)
 	volumes := []corev1.Volume{
