@@ -177,7 +177,7 @@ writes, $HOTCELL_DATA_DIR/token, default ` + clientconfig.DefaultDataDir + `/tok
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{a.serveCmd(), a.imageCmd(), a.templateCmd(), a.keysCmd(), a.versionCmd(), a.mcpCmd()} {
+	for _, c := range []*cobra.Command{a.serveCmd(), a.egressNodeCmd(), a.imageCmd(), a.templateCmd(), a.keysCmd(), a.versionCmd(), a.mcpCmd()} {
 		c.GroupID = "host"
 		root.AddCommand(c)
 	}

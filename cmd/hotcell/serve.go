@@ -60,3 +60,13 @@ func newLogger(a *app, cfg config.Config) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(a.stderr, opts))
 }
+
+// newLoggerFormat is newLogger at level info for a command without the
+// daemon's config.
+func newLoggerFormat(a *app, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(a.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, opts))
+}

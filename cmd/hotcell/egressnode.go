@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hotcell/hotcell/internal/driver/kubernetes"
+	"github.com/hotcell/hotcell/internal/egress"
+	"github.com/hotcell/hotcell/internal/kubeegress"
+)
+
+func (a *app) egressNodeCmd() *cobra.Command {
+	var (
+		kubeconfig, namespace, node, resolver, bridge, podRange, logFormat string
+		upstreams, allowed, allowPrivate                                   []string
+	)
+	cmd := &cobra.Command{
+		Use:   "egress-node [flags]",
+		Short: "Enforce sandboxes' egress policies on this Kubernetes node",
+		Long: `Run hotcell's egress controller for one Kubernetes node: it watches the node's
+hotcell pods, puts each pod's egress policy in force with the same iptables and
+ipset rules that confine sandboxes on Docker (keyed by the pod's address), and
+serves the DNS resolver the pods are pinned to (their dnsConfig names
+--resolver). It is meant to run on every node as a privileged DaemonSet with
+hostNetwork (docs/kubernetes.md, "Egress"); it needs root, iptables and ipset.
+
+The rules outlive it: stopping it leaves the pods confined, and a new one takes
+them over. Its credential needs get, list, watch and patch on pods in the
+sandboxes' namespace.`,
+		Example: `  hotcell egress-node --node "$NODE_NAME" --resolver 10.244.0.1 --bridge cni0 \
+    --pod-range 10.244.0.0/16 --allow 10.244.0.1:7443`,
+		Args: requireArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if node == "" {
+				node = a.getenv("NODE_NAME")
+			}
+			if node == "" {
+				return usageError{errors.New("--node (or NODE_NAME) is required: the name of this node")}
+			}
+			res, err := netip.ParseAddr(resolver)
+			if err != nil || !res.Is4() {
+				return usageError{fmt.Errorf("--resolver %q must be this node's IPv4 address on the pod network", resolver)}
+			}
+			pods, err := netip.ParsePrefix(podRange)
+			if err != nil || !pods.Addr().Is4() {
+				return usageError{fmt.Errorf("--pod-range %q must be the cluster's IPv4 pod range, such as 10.244.0.0/16", podRange)}
+			}
+			cfg := egress.Config{Network: "k8s-" + node, Subnet: pods.Masked(), Node: true}
+			for _, s := range allowed {
+				ap, err := netip.ParseAddrPort(s)
+				if err != nil || !ap.Addr().Is4() {
+					return usageError{fmt.Errorf("--allow %q must be an IPv4 address and port, such as 10.0.0.5:7443", s)}
+				}
+				cfg.Allowed = append(cfg.Allowed, ap)
+			}
+			for _, s := range allowPrivate {
+				p, err := netip.ParsePrefix(s)
+				if err != nil || !p.Addr().Is4() {
+					return usageError{fmt.Errorf("--allow-private %q must be an IPv4 CIDR", s)}
+				}
+				cfg.AllowPrivate = append(cfg.AllowPrivate, p.Masked())
+			}
+			if len(upstreams) == 0 {
+				if upstreams, err = resolvConfServers("/etc/resolv.conf"); err != nil || len(upstreams) == 0 {
+					return usageError{fmt.Errorf("--upstream is not set and /etc/resolv.conf names no nameserver (%v)", err)}
+				}
+			}
+			for _, u := range upstreams {
+				if _, err := netip.ParseAddr(u); err == nil {
+					u = net.JoinHostPort(u, "53")
+				}
+				ap, err := netip.ParseAddrPort(u)
+				if err != nil || ap.Port() == 0 {
+					return usageError{fmt.Errorf("--upstream %q must be an address with an optional :port", u)}
+				}
+				cfg.Upstreams = append(cfg.Upstreams, ap.String())
+			}
+			rc, err := kubernetes.RESTConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			rc.UserAgent = "hotcell-egress-node"
+			client, err := kubernetes.NewClient(rc)
+			if err != nil {
+				return err
+			}
+			log := newLoggerFormat(a, logFormat)
+			n := kubeegress.NewNode(kubeegress.NodeConfig{
+				Client:    client,
+				Namespace: namespace,
+				NodeName:  node,
+				Resolver:  res,
+				Bridge:    bridge,
+				Egress:    cfg,
+				Log:       log,
+			})
+			if err := n.Run(cmd.Context()); err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("egress-node: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account, then $KUBECONFIG)")
+	f.StringVar(&namespace, "namespace", kubernetes.DefaultNamespace, "namespace of the sandboxes' pods")
+	f.StringVar(&node, "node", "", "this node's name (default $NODE_NAME)")
+	f.StringVar(&resolver, "resolver", "", "this node's address on the pod network, where the resolver listens (the daemon's kubernetes egress resolver)")
+	f.StringVar(&bridge, "bridge", "", "the pod network's bridge on this node, from which IPv6 is dropped (required on a node with IPv6)")
+	f.StringVar(&podRange, "pod-range", "", "the cluster's pod range (other pods are refused as other sandboxes)")
+	f.StringSliceVar(&upstreams, "upstream", nil, "resolver that allowed names are forwarded to, host[:port] (default: /etc/resolv.conf's)")
+	f.StringSliceVar(&allowed, "allow", nil, "TCP endpoint every sandbox reaches in every mode, addr:port: the daemon's agent channel")
+	f.StringSliceVar(&allowPrivate, "allow-private", nil, "private IPv4 network sandboxes may reach (egress_allow_private)")
+	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	return cmd
+}
+
+// resolvConfServers reads the nameservers of a resolv.conf as host:53.
+func resolvConfServers(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fs := strings.Fields(sc.Text()); len(fs) >= 2 && fs[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fs[1]); err == nil && a.Is4() {
+				out = append(out, netip.AddrPortFrom(a, 53).String())
+			}
+		}
+	}
+	return out, sc.Err()
+}

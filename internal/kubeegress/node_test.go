@@ -1,0 +1,537 @@
+package kubeegress_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/driver/kubernetes"
+	"github.com/hotcell/hotcell/internal/egress"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/images"
+	"github.com/hotcell/hotcell/internal/kubeegress"
+	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/testk8s"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// The test cluster's pod network (scripts/k8s): the bridge, the node's
+// address on it and the cluster's pod range.
+const (
+	bridge    = "hck8s0"
+	podRange  = "10.244.0.0/16"
+	resolverA = "10.244.0.1"
+)
+
+// cluster is a driver that asks the node's egress controller for every
+// start, and that controller, running in the test process on the node
+// (this host) as hotcell egress-node would.
+type cluster struct {
+	env   *testk8s.Env
+	d     *kubernetes.Driver
+	image string
+	node  *kubeegress.Node
+	ecfg  egress.Config
+	// route is the test internet's prefix, routed into every box's pod
+	// (the test cluster's pods have no default route).
+	route netip.Prefix
+}
+
+func newCluster(t *testing.T, upstream string, route netip.Prefix) *cluster {
+	t.Helper()
+	testenv.RequireRoot(t, "the node's egress controller changes iptables and ipsets")
+	env := testk8s.Cluster(t)
+	c := testenv.RequireDocker(t)
+	if err := images.BuildAgent(t.Context(), c, images.AgentRef, testenv.AgentBinary(t)); err != nil {
+		t.Fatal(err)
+	}
+	env.ImportImage(t, images.AgentRef)
+	image := testenv.BusyboxImage(t)
+	env.ImportImage(t, image)
+	resolver := netip.MustParseAddr(resolverA)
+	d, err := kubernetes.New(kubernetes.Config{
+		Kubeconfig:       env.Kubeconfig,
+		Namespace:        env.Namespace(t),
+		WorkspaceHostDir: t.TempDir(),
+		PullPolicy:       corev1.PullNever,
+		NodeRunDirs:      true,
+		Egress: kubernetes.EgressConfig{
+			NetworkPolicies: true,
+			NodeEnforced:    true,
+			Resolver:        resolver,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for _, ref := range []string{image, images.AgentRef} {
+		for {
+			err := d.EnsureImage(ctx, ref, nil)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil {
+				t.Fatalf("image %s on the test cluster's node: %v", ref, err)
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	ecfg := egress.Config{
+		Network:   "kt-" + randHex(3),
+		Subnet:    netip.MustParsePrefix(podRange),
+		Upstreams: []string{upstream},
+		Node:      true,
+	}
+	node := kubeegress.NewNode(kubeegress.NodeConfig{
+		Client:    d.Client(),
+		Namespace: d.Namespace(),
+		NodeName:  env.Node,
+		Resolver:  resolver,
+		Bridge:    bridge,
+		Egress:    ecfg,
+		Log:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	nctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- node.Run(nctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("egress node: %v", err)
+		}
+		if err := egress.TeardownConfig(ecfg); err != nil {
+			t.Errorf("egress teardown: %v", err)
+		}
+	})
+	return &cluster{env: env, d: d, image: image, node: node, ecfg: ecfg, route: route}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// box is a running sandbox of the test.
+type box struct {
+	id   string
+	conn *agentconn.Conn
+	ip   string
+	pol  *wire.EgressPolicy
+}
+
+// newBox creates and starts a sandbox with policy p (nil: none at all) and
+// destroys it when t ends.
+func (c *cluster) newBox(t *testing.T, p *wire.EgressPolicy) *box {
+	t.Helper()
+	id := "sb-" + randHex(6)
+	dir, err := os.MkdirTemp("", "kte")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.d.Destroy(ctx, id); err != nil {
+			t.Errorf("cleanup sandbox %s: %v", id, err)
+		}
+		os.RemoveAll(dir)
+	})
+	conn, err := agentconn.Listen(id, filepath.Join(dir, driver.AgentSocket), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx := t.Context()
+	spec := driver.Spec{ID: id, Image: c.image, HostRunDir: dir, Instance: "kube-egress-test", Egress: p}
+	if p != nil {
+		// What the daemon's hook does (kubeegress.Hook.Prepare).
+		spec.DNS = []netip.Addr{netip.MustParseAddr(resolverA)}
+	}
+	if err := c.d.Create(ctx, spec); err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
+	if err := c.d.Start(ctx, id); err != nil {
+		t.Fatalf("start %s: %v", id, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := conn.WaitReady(wctx); err != nil {
+		t.Fatalf("the agent of %s did not connect: %v", id, err)
+	}
+	pod, err := c.d.Client().CoreV1().Pods(c.d.Namespace()).Get(ctx, kubernetes.PodName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.routeInPod(t, pod)
+	return &box{id: id, conn: conn, ip: pod.Status.PodIP, pol: p}
+}
+
+// routeInPod adds a route to the test internet, via the node, in pod's
+// network namespace: the test cluster's CNI gives pods no default route,
+// and a default route would send what leaves a pod to the host's real
+// network. The route is the test's, from the host: the box cannot change
+// its routes.
+func (c *cluster) routeInPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	var cid string
+	for _, cs := range pod.Status.ContainerStatuses {
+		if id, ok := strings.CutPrefix(cs.ContainerID, "containerd://"); ok && cs.State.Running != nil {
+			cid = id
+		}
+	}
+	if cid == "" {
+		t.Fatalf("pod %s has no running container", pod.Name)
+	}
+	out, err := exec.Command("ctr", "--address", c.env.Containerd, "-n", "k8s.io", "task", "ls").Output()
+	if err != nil {
+		t.Fatalf("ctr task ls: %v", err)
+	}
+	var pid string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == cid {
+			pid = f[1]
+		}
+	}
+	if pid == "" {
+		t.Fatalf("no task of container %s", cid)
+	}
+	sh(t, "nsenter", "-t", pid, "-n", "ip", "route", "replace", c.route.String(), "via", resolverA)
+}
+
+// sh runs script in the box with busybox sh and returns its output and
+// exit code.
+func (b *box) sh(t *testing.T, script string) (string, int) {
+	t.Helper()
+	var res wire.ExecResult
+	if err := b.conn.DoJSON(t.Context(), "POST", "/v1/exec", wire.ExecRequest{Argv: []string{"sh", "-c", script}, TimeoutMs: 20000}, &res); err != nil {
+		t.Fatalf("exec in %s: %v", b.id, err)
+	}
+	return res.Stdout + res.Stderr, res.ExitCode
+}
+
+// reaches says whether the box gets the test internet's greeting from
+// addr:port over TCP.
+func (b *box) reaches(t *testing.T, addr netip.Addr, port int) bool {
+	t.Helper()
+	ap := netip.AddrPortFrom(addr, uint16(port))
+	out, code := b.sh(t, "nc -w 3 "+addr.String()+" "+itoa(port)+" </dev/null")
+	return code == 0 && strings.Contains(out, "hello from "+ap.String())
+}
+
+// lookup asks server for name's A record from inside the box; the
+// answer's addresses, or none.
+func (b *box) lookup(t *testing.T, name, server string) []string {
+	t.Helper()
+	out, _ := b.sh(t, "timeout 8 nslookup -type=A "+name+" "+server)
+	var addrs []string
+	answers := false
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "Name:") {
+			answers = true
+		}
+		if a, ok := strings.CutPrefix(strings.TrimSpace(l), "Address:"); ok && answers {
+			addrs = append(addrs, strings.TrimSpace(a))
+		}
+	}
+	return addrs
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestNodeEnforcesModes runs a sandbox of each mode on the real test
+// cluster, whose bridge CNI does not enforce NetworkPolicy, with hotcell's
+// node controller as the only enforcer: allowed traffic passes, denied
+// traffic is refused, from inside real pods. A pod whose NetworkPolicy
+// denies everything but which hotcell does not confine still reaches the
+// test internet: the CNI did none of the work.
+func TestNodeEnforcesModes(t *testing.T) {
+	in := newInternet(t)
+	up := newUpstream(t, map[string]netip.Addr{"allowed.test": in.allowed, "other.test": in.other})
+	c := newCluster(t, up, in.prefix)
+	ctx := t.Context()
+
+	policies := map[string]*wire.EgressPolicy{
+		"open":  {Mode: wire.EgressOpen},
+		"none":  {Mode: wire.EgressNone},
+		"name":  {Mode: wire.EgressAllowlist, Allow: []string{"allowed.test:80"}},
+		"cidr":  {Mode: wire.EgressAllowlist, Allow: []string{netip.PrefixFrom(in.allowed, 32).String() + ":80"}},
+		"plain": nil,
+	}
+	boxes := map[string]*box{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, p := range policies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := c.newBox(t, p)
+			mu.Lock()
+			boxes[name] = b
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// The CNI does not enforce NetworkPolicy: the plain pod (no hotcell
+	// policy, so the node controller leaves it alone) under a policy that
+	// denies all egress still reaches the internet.
+	plain := boxes["plain"]
+	deny := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-all-" + plain.id},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{driver.LabelID: plain.id}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+		},
+	}
+	if _, err := c.d.Client().NetworkingV1().NetworkPolicies(c.d.Namespace()).Create(ctx, deny, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !plain.reaches(t, in.allowed, 80) {
+		out, _ := plain.sh(t, "ip route; ip addr; nc -w 3 "+in.allowed.String()+" 80 </dev/null")
+		t.Log(out)
+		t.Fatal("a pod under a deny-all NetworkPolicy and no hotcell policy does not reach the test internet: the CNI enforces NetworkPolicy (or the internet is broken), so this test would not show hotcell's rules holding by themselves")
+	}
+
+	// Each sandbox's NetworkPolicy went with it, for a CNI that enforces them.
+	for name, b := range boxes {
+		np, err := c.d.Client().NetworkingV1().NetworkPolicies(c.d.Namespace()).Get(ctx, kubernetes.NetworkPolicyName(b.id), metav1.GetOptions{})
+		if b.pol == nil {
+			if err == nil {
+				t.Errorf("%s: a sandbox without a policy got NetworkPolicy %s", name, np.Name)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: NetworkPolicy: %v", name, err)
+		}
+	}
+
+	type check struct {
+		addr netip.Addr
+		want bool
+	}
+	for _, tc := range []struct {
+		box    string
+		checks []check
+	}{
+		{"open", []check{{in.allowed, true}, {in.other, true}}},
+		{"none", []check{{in.allowed, false}, {in.other, false}}},
+		{"cidr", []check{{in.allowed, true}, {in.other, false}}},
+	} {
+		b := boxes[tc.box]
+		for _, ch := range tc.checks {
+			if got := b.reaches(t, ch.addr, 80); got != ch.want {
+				t.Errorf("mode %s: %s:80 reached %v, want %v", tc.box, ch.addr, got, ch.want)
+			}
+		}
+	}
+
+	// Allowlist by name: the listed name resolves through the node's
+	// resolver and is reachable; another name is refused, and its address
+	// (known to the box by other means) stays closed.
+	name := boxes["name"]
+	if name.reaches(t, in.allowed, 80) {
+		t.Error("allowlist by name: the listed name's address is reachable before the box resolved it")
+	}
+	if got := name.lookup(t, "allowed.test", resolverA); !slices.Contains(got, in.allowed.String()) {
+		t.Errorf("allowlist by name: allowed.test through the node's resolver: got %v, want %s", got, in.allowed)
+	}
+	if !name.reaches(t, in.allowed, 80) {
+		t.Error("allowlist by name: allowed.test's address is not reachable once resolved")
+	}
+	if got := name.lookup(t, "other.test", resolverA); len(got) > 0 {
+		t.Errorf("allowlist by name: other.test resolved to %v, want refused", got)
+	}
+	if name.reaches(t, in.other, 80) {
+		t.Error("allowlist by name: an unlisted address is reachable")
+	}
+	if got := boxes["none"].lookup(t, "allowed.test", resolverA); len(got) > 0 {
+		t.Errorf("mode none: a lookup answered %v", got)
+	}
+	if got := boxes["open"].lookup(t, "other.test", resolverA); !slices.Contains(got, in.other.String()) {
+		t.Errorf("mode open: other.test through the node's resolver: got %v, want %s", got, in.other)
+	}
+	st := c.node.Controller().Status(name.id, *name.pol)
+	if !st.Enforced || st.Address != name.ip {
+		t.Errorf("the node's status of the allowlist box: enforced %v at %q, want enforced at %s", st.Enforced, st.Address, name.ip)
+	}
+
+	// A change of policy reaches the node: the CIDR box becomes open.
+	cidr := boxes["cidr"]
+	if err := c.d.SetEgress(ctx, cidr.id, wire.EgressPolicy{Mode: wire.EgressOpen}); err != nil {
+		t.Fatalf("set egress: %v", err)
+	}
+	if !cidr.reaches(t, in.other, 80) {
+		t.Error("after the change to open: the other address is still refused")
+	}
+	if err := c.d.SetEgress(ctx, cidr.id, wire.EgressPolicy{Mode: wire.EgressNone}); err != nil {
+		t.Fatalf("set egress: %v", err)
+	}
+	if cidr.reaches(t, in.allowed, 80) {
+		t.Error("after the change to none: the internet is still reachable")
+	}
+}
+
+// TestNodeHostilePod is a pod, root in its box, that tries to get around
+// the node's rules: another DNS server, a direct address, a new address of
+// its own, a neighbour pod, the host's ports (the daemon's, the
+// kubelet's). Each fails, with NetworkPolicy unenforced. When the
+// sandboxes go, so do their rules.
+func TestNodeHostilePod(t *testing.T) {
+	in := newInternet(t)
+	up := newUpstream(t, map[string]netip.Addr{"allowed.test": in.allowed})
+	c := newCluster(t, up, in.prefix)
+	// A port of the daemon's on the node's pod-network address.
+	ln, err := net.Listen("tcp", resolverA+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var daemonHits atomic.Int64
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			daemonHits.Add(1)
+			conn.Close()
+		}
+	}()
+	daemonPort := ln.Addr().(*net.TCPAddr).Port
+
+	var hostile, neighbour *box
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		hostile = c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"allowed.test:80"}})
+	}()
+	go func() { defer wg.Done(); neighbour = c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressOpen}) }()
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Another DNS server, straight to it: never answered.
+	before := in.rogueQueries.Load()
+	if got := hostile.lookup(t, "allowed.test", in.other.String()); len(got) > 0 {
+		t.Errorf("a lookup through another DNS server was answered: %v", got)
+	}
+	if n := in.rogueQueries.Load() - before; n != 0 {
+		t.Errorf("the other DNS server got %d queries from the box", n)
+	}
+	// An unlisted address, directly.
+	if hostile.reaches(t, in.other, 80) {
+		t.Error("an unlisted address is reachable directly")
+	}
+	// A new address of its own (an open neighbour's, or a fresh one):
+	// the box has no CAP_NET_ADMIN.
+	for _, a := range []string{neighbour.ip, "10.244.0.250"} {
+		if out, code := hostile.sh(t, "ip addr add "+a+"/24 dev eth0"); code == 0 || !strings.Contains(out, "not permitted") {
+			t.Errorf("adding address %s to the box's interface: got exit %d, %q; want not permitted", a, code, out)
+		}
+	}
+	// A neighbour pod, and the host: refused (the neighbour's agent port
+	// does not matter: nothing gets that far).
+	for _, target := range []struct {
+		addr string
+		port int
+	}{{neighbour.ip, 80}, {resolverA, daemonPort}, {resolverA, 10250}} {
+		if out, code := hostile.sh(t, "nc -w 3 "+target.addr+" "+itoa(target.port)+" </dev/null && echo CONNECTED"); code == 0 || strings.Contains(out, "CONNECTED") {
+			t.Errorf("the box connected to %s:%d: %s", target.addr, target.port, out)
+		}
+		// An open box is held to the same.
+		if out, code := neighbour.sh(t, "nc -w 3 "+target.addr+" "+itoa(target.port)+" </dev/null && echo CONNECTED"); target.addr != neighbour.ip && (code == 0 || strings.Contains(out, "CONNECTED")) {
+			t.Errorf("the open box connected to %s:%d: %s", target.addr, target.port, out)
+		}
+	}
+	if n := daemonHits.Load(); n != 0 {
+		t.Errorf("the daemon's port got %d connections from the boxes", n)
+	}
+	// The refusals are in the node's denial log with their reasons.
+	st := c.node.Controller().Status(hostile.id, *hostile.pol)
+	reasons := map[string]bool{}
+	for _, d := range st.Denied {
+		reasons[d.Address+" "+d.Reason] = true
+	}
+	for _, want := range []string{in.other.String() + " not-allowed", neighbour.ip + " sandbox", resolverA + " host"} {
+		if st.DenialLogAvailable && !reasons[want] {
+			t.Errorf("the denial log lacks %q: %+v", want, st.Denied)
+		}
+	}
+
+	// The sandboxes go, and so do their rules and NetworkPolicies.
+	ctx := t.Context()
+	for _, b := range []*box{hostile, neighbour} {
+		if err := c.d.Destroy(ctx, b.id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.d.Client().NetworkingV1().NetworkPolicies(c.d.Namespace()).Get(ctx, kubernetes.NetworkPolicyName(b.id), metav1.GetOptions{}); err == nil {
+			t.Errorf("the NetworkPolicy of %s outlived it", b.id)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := leftovers(t, []*box{hostile, neighbour})
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the sandboxes went, their rules are still there: %v", left)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// leftovers lists the chains and set members of boxes still on the host.
+func leftovers(t *testing.T, boxes []*box) []string {
+	t.Helper()
+	chains, err := exec.Command("iptables", "-S").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets, err := exec.Command("ipset", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, b := range boxes {
+		key := strings.TrimPrefix(b.id, "sb-")
+		if strings.Contains(string(chains), "HCE-"+key+"-") || strings.Contains(string(chains), "HCD-"+key+"-") {
+			left = append(left, "chains of "+b.id)
+		}
+		for _, l := range strings.Split(string(sets), "\n") {
+			if strings.TrimSpace(l) == b.ip {
+				left = append(left, "set member "+b.ip)
+			}
+		}
+	}
+	return left
+}
