@@ -18,16 +18,36 @@ func (a *app) serveCmd() *cobra.Command {
 		Use:   "serve [flags]",
 		Short: "Run the hotcell daemon",
 		Long: `Run the hotcell daemon in the foreground: the HTTP API on --listen, sandboxes on
-the Docker Engine, state under --data-dir. It runs as root (it drives the
-Docker Engine) and stops cleanly on SIGINT or SIGTERM, leaving sandboxes
-running for the next start to adopt.
+the Docker Engine (or, with --driver kubernetes, as pods in a cluster), state
+under --data-dir. It runs as root (it drives the Docker Engine) and stops
+cleanly on SIGINT or SIGTERM, leaving sandboxes running for the next start to
+adopt.
+
+With --driver kubernetes, agents dial the daemon over TLS (agent_channel tcp,
+the default there) at --agent-advertise, an address pods reach; the file's
+[kubernetes] table (or the --kubernetes-* flags) names the cluster. Template
+builds, snapshots, pause, egress modes other than open and the LLM gateway
+are Docker-only for now (docs/kubernetes.md).
 
 Every setting can also come from a TOML file (--config or HOTCELL_CONFIG) or a
 HOTCELL_* environment variable; flags win over the environment, which wins
 over the file. The API token is created on first start in DATA_DIR/token.`,
 		Example: `  sudo hotcell serve
   sudo hotcell serve --listen 127.0.0.1:9090 --data-dir /srv/hotcell --log-format json
-  sudo HOTCELL_LOG_LEVEL=debug hotcell serve --config /etc/hotcell.toml`,
+  sudo HOTCELL_LOG_LEVEL=debug hotcell serve --config /etc/hotcell.toml
+
+  # Sandboxes as pods; agents dial 10.244.0.1:8091 (the host on the pods' network)
+  hotcell serve --driver kubernetes --kubernetes-kubeconfig /etc/hotcell/kubeconfig \
+    --kubernetes-namespace hotcell --agent-listen 10.244.0.1:8091
+
+  # the same in /etc/hotcell.toml:
+  #   driver = "kubernetes"
+  #   agent_listen = "10.244.0.1:8091"
+  #   [kubernetes]
+  #   kubeconfig = "/etc/hotcell/kubeconfig"
+  #   namespace = "hotcell"
+  #   storage_class = "standard"
+  #   agent_image = "registry.example.com/hotcell/agent:v1"`,
 		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(cmd.Flags(), a.getenv)

@@ -73,6 +73,16 @@ type Config struct {
 	// DockerHost is the Docker Engine address. Empty means the Docker
 	// client's usual environment (DOCKER_HOST, DOCKER_TLS_VERIFY, ...).
 	DockerHost string
+	// Driver is the backend of sandboxes' boxes: docker or kubernetes
+	// (kubernetes.go).
+	Driver string
+	// Kubernetes driver settings (kubernetes.go), the file's [kubernetes]
+	// table: the kubeconfig (empty: in-cluster, then $KUBECONFIG), the
+	// namespace of every object, the workspaces' StorageClass, the host
+	// dir the driver provisions workspaces in itself (single-node
+	// clusters), the image the agent comes from and the pull policy.
+	KubeKubeconfig, KubeNamespace, KubeStorageClass, KubeWorkspaceHostDir string
+	KubeAgentImage, KubePullPolicy                                        string
 	// ExecTimeout is the default timeout of an exec that asks for none.
 	ExecTimeout time.Duration
 	// SetupTimeout bounds each setup command at create.
@@ -211,6 +221,20 @@ var settings = []setting{
 		func(c *Config) any { return &c.LogFormat }},
 	{"docker_host", kindString, "Docker Engine address (default: the Docker client environment, DOCKER_HOST)",
 		func(c *Config) any { return &c.DockerHost }},
+	{"driver", kindString, "where sandboxes run: docker (containers on this host's Docker Engine) or kubernetes (pods in a cluster: see the kubernetes_* settings, the file's [kubernetes] table)",
+		func(c *Config) any { return &c.Driver }},
+	{"kubernetes_kubeconfig", kindString, "kubeconfig file of the cluster, with driver kubernetes (default: the in-cluster config, then KUBECONFIG and ~/.kube/config)",
+		func(c *Config) any { return &c.KubeKubeconfig }},
+	{"kubernetes_namespace", kindString, "namespace of every pod, Secret and claim of the sandboxes, with driver kubernetes (it must exist)",
+		func(c *Config) any { return &c.KubeNamespace }},
+	{"kubernetes_storage_class", kindString, "StorageClass of the sandboxes' workspace claims, with driver kubernetes (default: the cluster's default class)",
+		func(c *Config) any { return &c.KubeStorageClass }},
+	{"kubernetes_workspace_host_dir", kindString, "absolute directory on the node where the driver makes each workspace's hostPath volume itself, for a single-node cluster on this host without a provisioner (default: none, the StorageClass provisions)",
+		func(c *Config) any { return &c.KubeWorkspaceHostDir }},
+	{"kubernetes_agent_image", kindString, "image whose /hotcell-agent an init container copies into every pod, with driver kubernetes",
+		func(c *Config) any { return &c.KubeAgentImage }},
+	{"kubernetes_pull_policy", kindString, "image pull policy of the pods' containers: Always, IfNotPresent or Never (a cluster without a registry)",
+		func(c *Config) any { return &c.KubePullPolicy }},
 	{"exec_timeout", kindDuration, "default timeout of an exec",
 		func(c *Config) any { return &c.ExecTimeout }},
 	{"setup_timeout", kindDuration, "timeout of each setup command at create",
@@ -331,6 +355,11 @@ func Default() Config {
 		AgentChannel: AgentChannelUnix,
 		AgentListen:  DefaultAgentListen,
 
+		Driver:         DriverDocker,
+		KubeNamespace:  DefaultKubeNamespace,
+		KubeAgentImage: DefaultKubeAgentImage,
+		KubePullPolicy: DefaultKubePullPolicy,
+
 		GatewayMaxConcurrent: DefaultGatewayMaxConcurrent,
 	}
 }
@@ -421,35 +450,76 @@ func (c *Config) applyFile(path, namedBy string) error {
 			}
 			continue
 		}
+		if k == kubeTable {
+			if err := c.applyKubeTable(path, m[k], source); err != nil {
+				return err
+			}
+			continue
+		}
 		s, ok := lookup(k)
 		if !ok {
 			return fmt.Errorf("config: %s: unknown key %q (known keys: %s)", path, k, knownKeys())
 		}
-		var raw string
-		switch v := m[k].(type) {
-		case string:
-			if s.kind == kindBytes {
-				return fmt.Errorf("config: %s: %s: want an integer number of bytes, got string %q", path, k, v)
-			}
-			raw = v
-		case bool:
-			if s.kind != kindBool {
-				return fmt.Errorf("config: %s: %s: want a string%s, got boolean %v", path, k, durationHint(s), v)
-			}
-			raw = strconv.FormatBool(v)
-		case int64:
-			if s.kind != kindBytes {
-				return fmt.Errorf("config: %s: %s: want a string%s, got integer %d", path, k, durationHint(s), v)
-			}
-			raw = strconv.FormatInt(v, 10)
-		default:
-			return fmt.Errorf("config: %s: %s: want a string%s, got %T", path, k, durationHint(s), v)
-		}
-		if err := c.set(s, raw, source); err != nil {
+		if err := c.applyFileValue(path, s, k, m[k], source); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// applyKubeTable sets the kubernetes_* settings from the file's
+// [kubernetes] table, whose keys are theirs without the prefix.
+func (c *Config) applyKubeTable(path string, v any, source string) error {
+	t, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("config: %s: %s: want a table ([kubernetes] with keys such as namespace), got %T", path, kubeTable, v)
+	}
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s, ok := lookup(kubeTable + "_" + k)
+		if !ok {
+			var known []string
+			for _, s := range settings {
+				if rest, ok := strings.CutPrefix(s.key, kubeTable+"_"); ok {
+					known = append(known, rest)
+				}
+			}
+			return fmt.Errorf("config: %s: [%s]: unknown key %q (known keys: %s)", path, kubeTable, k, strings.Join(known, ", "))
+		}
+		if err := c.applyFileValue(path, s, kubeTable+"."+k, t[k], source); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyFileValue sets s from the file's value v of key k.
+func (c *Config) applyFileValue(path string, s setting, k string, v any, source string) error {
+	var raw string
+	switch v := v.(type) {
+	case string:
+		if s.kind == kindBytes {
+			return fmt.Errorf("config: %s: %s: want an integer number of bytes, got string %q", path, k, v)
+		}
+		raw = v
+	case bool:
+		if s.kind != kindBool {
+			return fmt.Errorf("config: %s: %s: want a string%s, got boolean %v", path, k, durationHint(s), v)
+		}
+		raw = strconv.FormatBool(v)
+	case int64:
+		if s.kind != kindBytes {
+			return fmt.Errorf("config: %s: %s: want a string%s, got integer %d", path, k, durationHint(s), v)
+		}
+		raw = strconv.FormatInt(v, 10)
+	default:
+		return fmt.Errorf("config: %s: %s: want a string%s, got %T", path, k, durationHint(s), v)
+	}
+	return c.set(s, raw, source)
 }
 
 func knownKeys() string {
@@ -641,6 +711,9 @@ func (c *Config) Validate() error {
 	if err := c.validateTemplates(bad); err != nil {
 		return err
 	}
+	if err := c.validateDriver(bad); err != nil {
+		return err
+	}
 	if err := c.validateAgentChannel(bad); err != nil {
 		return err
 	}
@@ -805,6 +878,11 @@ func (c Config) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel),
 		slog.String("log_format", c.LogFormat),
 		slog.String("docker_host", redact.URL(c.DockerHost)),
+		slog.String("driver", c.Driver),
+		slog.String("kubernetes_kubeconfig", c.KubeKubeconfig),
+		slog.String("kubernetes_namespace", c.KubeNamespace),
+		slog.String("agent_channel", c.AgentChannel),
+		slog.String("agent_advertise", c.AgentAdvertise),
 		slog.Duration("exec_timeout", c.ExecTimeout),
 		slog.Duration("setup_timeout", c.SetupTimeout),
 		slog.Duration("git_timeout", c.GitTimeout),

@@ -96,6 +96,8 @@ func TestDefaults(t *testing.T) {
 		GVisorEngineRuntime:  "runsc",
 
 		AgentChannel: "unix", AgentListen: ":8091",
+
+		Driver: "docker", KubeNamespace: "hotcell", KubeAgentImage: "hotcell/agent:latest", KubePullPolicy: "IfNotPresent",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

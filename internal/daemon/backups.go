@@ -7,6 +7,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/backup"
 	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/driver/docker"
 	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/sandbox"
@@ -16,9 +17,9 @@ import (
 // startBackups makes the backup service over the manager and removes what a
 // daemon killed during a backup left behind. The manager does not know the
 // service: a create that restores a backup gets its populate step from it.
-func startBackups(ctx context.Context, cfg config.Config, st *store.Store, drv *docker.Driver, mgr *sandbox.Manager, ops *inflight.Group, log *slog.Logger) (*backup.Service, error) {
+func startBackups(ctx context.Context, cfg config.Config, st *store.Store, snap driver.Snapshotter, mgr *sandbox.Manager, ops *inflight.Group, log *slog.Logger) (*backup.Service, error) {
 	limits := backup.Limits{MaxSize: cfg.BackupMaxSize, Quota: cfg.BackupQuota, MinFree: cfg.MinFreeDisk, IdleTimeout: cfg.BackupIdleTimeout}
-	bk := backup.New(backup.Options{DataDir: cfg.DataDir, Store: st, Sandboxes: mgr, Snapshotter: imagesAfterDestroys{drv, &mgr}, Ops: ops, Limits: limits, Log: log})
+	bk := backup.New(backup.Options{DataDir: cfg.DataDir, Store: st, Sandboxes: mgr, Snapshotter: snap, Ops: ops, Limits: limits, Log: log})
 	if err := bk.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover backups: %w", err)
 	}

@@ -14,10 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"time"
 
-	dockerclient "github.com/moby/moby/client"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
@@ -25,7 +23,7 @@ import (
 	"github.com/hotcell/hotcell/internal/apikeys"
 	"github.com/hotcell/hotcell/internal/buildinfo"
 	"github.com/hotcell/hotcell/internal/config"
-	"github.com/hotcell/hotcell/internal/driver/docker"
+	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/metrics"
@@ -79,33 +77,12 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		defer release() // before the store closes
 	}
 
-	var dopts []dockerclient.Opt
-	if cfg.DockerHost != "" {
-		dopts = append(dopts, dockerclient.WithHost(cfg.DockerHost))
-	}
-	drv, err := docker.New(dopts...)
+	be, err := openBackend(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer drv.Close()
-	drv.UseEngineRuntime(wire.RuntimeGVisor, cfg.GVisorEngineRuntime)
-	drv.UseBuildLimits(docker.BuildLimits{
-		MemoryBytes: cfg.TemplateBuildLimits.MemoryMB << 20, CPUs: cfg.TemplateBuildLimits.CPUs, Network: cfg.TemplateBuildNetwork,
-	})
-	info, err := drv.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("reach the Docker Engine (is dockerd running? start it, or run scripts/serve which does): %w", err)
-	}
-	log.Info("docker engine", "version", info.EngineVersion, "runtimes", info.Runtimes)
-	if !slices.Contains(info.Runtimes, cfg.DefaultRuntime) {
-		// Still served: sandboxes that exist keep working, and a create
-		// that names a runtime the engine has succeeds.
-		log.Warn("the default runtime is not available: creates that name no runtime fail until it is",
-			"default_runtime", cfg.DefaultRuntime, "hint", info.RuntimeHints[cfg.DefaultRuntime])
-	}
-	if disks := openWorkspaceDisks(ctx, cfg.DataDir, drv, log); disks != nil {
-		defer disks.Close() // waits for a spare image being made
-	}
+	defer be.close()
+	drv := be.drv
 
 	// ops owns the API's requests and the work they start that outlives
 	// them (creates, destroys, backups, restores): the shutdown waits for
@@ -118,7 +95,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if agentLn != nil {
 		defer agentLn.Close() // the channel's, unless the start fails before it serves
 	}
-	eg, err := startEgress(ctx, cfg, drv, listenerPort(agentLn), log)
+	eg, err := be.startEgress(ctx, cfg, listenerPort(agentLn), log)
 	if err != nil {
 		return err
 	}
@@ -149,13 +126,23 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Log:       log,
 	})
 	mets.Registry().MustRegister(gw.Collector())
-	mets.Registry().MustRegister(eg.Collector())
+	if c := eg.Collector(); c != nil {
+		mets.Registry().MustRegister(c)
+	}
 	if agentCh != nil {
 		mets.Registry().MustRegister(agentChannelRefused(agentCh))
 	}
 	// The templates' users are the manager's sandboxes, and the manager's
 	// pools make boxes from the templates.
-	tpls := templates.New(st, imagesAfterDestroys{drv, &mgr}, func(ctx context.Context) ([]wire.Sandbox, error) {
+	var (
+		tplImages driver.ImageBuilder = noImageBuilds{be.name}
+		snapshots driver.Snapshotter  // nil: snapshots are refused (501)
+	)
+	if be.docker != nil {
+		imgs := imagesAfterDestroys{be.docker, &mgr}
+		tplImages, snapshots = imgs, imgs
+	}
+	tpls := templates.New(st, tplImages, func(ctx context.Context) ([]wire.Sandbox, error) {
 		return mgr.List(ctx, sandbox.ListFilter{})
 	}, log)
 	mgr = sandbox.New(drv, st, sandbox.Options{
@@ -188,7 +175,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
 	}
-	bk, err := startBackups(ctx, cfg, st, drv, mgr, ops, log)
+	bk, err := startBackups(ctx, cfg, st, snapshots, mgr, ops, log)
 	if err != nil {
 		return err
 	}
@@ -226,7 +213,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Host: func(ctx context.Context) (wire.HostInfo, error) {
 			di, err := drv.Info(ctx)
 			if err != nil {
-				return wire.HostInfo{}, fmt.Errorf("docker engine: %w", errors.Join(errdefs.ErrUnavailable, err))
+				return wire.HostInfo{}, fmt.Errorf("%s driver: %w", be.name, errors.Join(errdefs.ErrUnavailable, err))
 			}
 			n, err := mgr.Count(ctx)
 			if err != nil {
@@ -236,7 +223,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 				Version: buildinfo.Version(), Driver: di.Name, EngineVersion: di.EngineVersion,
 				CPUs: di.CPUs, MemoryBytes: di.MemoryBytes, Sandboxes: n, DefaultImage: cfg.DefaultImage,
 				DefaultLimits: cfg.DefaultLimits, MaxLimits: cfg.MaxLimits,
-				DiskLimitEnforced: drv.WorkspaceDisksEnforced(),
+				DiskLimitEnforced: be.diskLimitEnforced(),
 				Runtimes:          di.Runtimes, DefaultRuntime: cfg.DefaultRuntime,
 			}, nil
 		},

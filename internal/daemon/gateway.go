@@ -28,28 +28,37 @@ import (
 // every sandbox may reach (the firewall lets egress_gateway_port through).
 // Sandboxes reach it as host.docker.internal, which the egress controller
 // points at that address. The server is nil when the gateway is off; Run
-// serves it and runs the gateway's usage flusher.
-func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg *egress.Controller, ops *inflight.Group, log *slog.Logger) (*gateway.Gateway, *http.Server, net.Listener, error) {
+// serves it and runs the gateway's usage flusher. Without the Docker
+// driver's egress controller nothing ties a request to its sandbox's
+// address, so the gateway has no listener (and the config refuses
+// providers there).
+func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg egressControl, ops *inflight.Group, log *slog.Logger) (*gateway.Gateway, *http.Server, net.Listener, error) {
 	port := cfg.Egress().GatewayPort
-	g, err := gateway.New(ctx, gateway.Options{
+	opts := gateway.Options{
 		Providers:  cfg.Providers,
 		Store:      st,
 		SandboxURL: "http://" + net.JoinHostPort(docker.HostGateway, strconv.Itoa(port)),
-		Subnet:     eg.Subnet(),
-		HostAddr:   eg.Gateway(),
-		SandboxAt:  eg.SandboxAt,
 		Log:        log,
 
 		MaxConcurrent: cfg.MaxConcurrent(),
-	})
+	}
+	ec, onEgressNetwork := eg.(*egress.Controller)
+	if onEgressNetwork {
+		opts.Subnet, opts.HostAddr, opts.SandboxAt = ec.Subnet(), ec.Gateway(), ec.SandboxAt
+	}
+	g, err := gateway.New(ctx, opts)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if !onEgressNetwork {
+		log.Info("llm gateway off: sandboxes of this driver have no egress network to reach it on")
+		return g, nil, nil, nil
 	}
 	if port == 0 || !g.Enabled() {
 		log.Info("llm gateway off", "port", port, "providers", len(cfg.Providers))
 		return g, nil, nil, nil
 	}
-	addr := net.JoinHostPort(eg.Gateway().String(), strconv.Itoa(port))
+	addr := net.JoinHostPort(ec.Gateway().String(), strconv.Itoa(port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("llm gateway: listen on %s: %w", addr, err)

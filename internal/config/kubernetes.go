@@ -1,0 +1,114 @@
+package config
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Drivers: the backend that runs sandboxes' boxes.
+const (
+	DriverDocker     = "docker"
+	DriverKubernetes = "kubernetes"
+)
+
+// Defaults of the [kubernetes] settings.
+const (
+	DefaultKubeNamespace  = "hotcell"
+	DefaultKubeAgentImage = "hotcell/agent:latest"
+	DefaultKubePullPolicy = "IfNotPresent"
+)
+
+// kubeTable is the TOML table whose keys are the kubernetes_* settings:
+// `[kubernetes] namespace = "x"` is `kubernetes_namespace = "x"`.
+const kubeTable = "kubernetes"
+
+var (
+	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	imageRef     = regexp.MustCompile(`^[a-z0-9][a-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$`)
+)
+
+// Kubernetes reports whether sandboxes run on the Kubernetes driver.
+func (c Config) Kubernetes() bool { return c.Driver == DriverKubernetes }
+
+// validateDriver checks driver and, on Kubernetes, the kubernetes_*
+// settings and what the driver needs of the others: the TCP agent channel
+// (a pod cannot see the daemon's unix sockets) with an address pods can
+// dial, and no LLM gateway providers (nothing serves the gateway to pods
+// yet). It runs before validateAgentChannel, whose default it changes.
+func (c *Config) validateDriver(bad func(key string, value any, format string, args ...any) error) error {
+	switch c.Driver = strings.ToLower(c.Driver); c.Driver {
+	case "":
+		c.Driver = DriverDocker
+	case DriverDocker, DriverKubernetes:
+	default:
+		return bad("driver", c.Driver, "must be docker (containers on this host's Docker Engine) or kubernetes (pods in a cluster; see the kubernetes_* settings)")
+	}
+	if c.KubeNamespace == "" {
+		c.KubeNamespace = DefaultKubeNamespace
+	}
+	if !dnsLabel.MatchString(c.KubeNamespace) {
+		return bad("kubernetes_namespace", c.KubeNamespace, "must be a Kubernetes namespace name: 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit")
+	}
+	if c.KubeStorageClass != "" && (len(c.KubeStorageClass) > 253 || !dnsSubdomain.MatchString(c.KubeStorageClass)) {
+		return bad("kubernetes_storage_class", c.KubeStorageClass, "must be a StorageClass name (lower-case letters, digits, '-' and '.'), or empty for the cluster's default class")
+	}
+	if c.KubeWorkspaceHostDir != "" && !filepath.IsAbs(c.KubeWorkspaceHostDir) {
+		return bad("kubernetes_workspace_host_dir", c.KubeWorkspaceHostDir, "must be an absolute path on the node (a single-node cluster on this host), or empty to let the StorageClass's provisioner make the volumes")
+	}
+	if c.KubeAgentImage == "" {
+		c.KubeAgentImage = DefaultKubeAgentImage
+	}
+	if len(c.KubeAgentImage) > 255 || !imageRef.MatchString(c.KubeAgentImage) {
+		return bad("kubernetes_agent_image", c.KubeAgentImage, "must be an image reference such as hotcell/agent:latest or registry.example.com/hotcell/agent:v1")
+	}
+	switch strings.ToLower(c.KubePullPolicy) {
+	case "":
+		c.KubePullPolicy = DefaultKubePullPolicy
+	case "always":
+		c.KubePullPolicy = "Always"
+	case "ifnotpresent":
+		c.KubePullPolicy = "IfNotPresent"
+	case "never":
+		c.KubePullPolicy = "Never"
+	default:
+		return bad("kubernetes_pull_policy", c.KubePullPolicy, "must be Always, IfNotPresent or Never (Never on a cluster without a registry: the images must be on the nodes)")
+	}
+	if !c.Kubernetes() {
+		return nil
+	}
+	if c.KubeKubeconfig != "" {
+		fi, err := os.Stat(c.KubeKubeconfig)
+		if err != nil {
+			return bad("kubernetes_kubeconfig", c.KubeKubeconfig, "cannot be read: %v", err)
+		}
+		if fi.IsDir() {
+			return bad("kubernetes_kubeconfig", c.KubeKubeconfig, "is a directory; name the kubeconfig file")
+		}
+	}
+	switch strings.ToLower(c.AgentChannel) {
+	case AgentChannelTCP:
+	case "", AgentChannelUnix:
+		if c.Source("agent_channel") != defaultSource {
+			return bad("agent_channel", c.AgentChannel, "must be tcp with driver kubernetes: a pod runs in its own network namespace, usually on another host, and cannot reach the daemon's unix sockets")
+		}
+		c.AgentChannel = AgentChannelTCP
+	}
+	if c.AgentAdvertise == "" {
+		// A listener on one address is also where pods dial; one on
+		// every address says nothing about which of them pods reach.
+		host, port, err := splitListen(c.AgentListen)
+		ip, perr := netip.ParseAddr(host)
+		if err != nil || perr != nil || ip.IsUnspecified() || ip.IsLoopback() || port == 0 {
+			return bad("agent_advertise", c.AgentAdvertise, "must be set with driver kubernetes: the host:port pods dial to reach agent_listen (%s, which gives no address and fixed port of its own to dial), e.g. the host's address on the pods' network, 10.244.0.1:8091 on the test cluster", c.AgentListen)
+		}
+		c.AgentAdvertise = c.AgentListen
+	}
+	if len(c.Providers) > 0 || c.ProvidersFile != "" {
+		return bad("providers_file", c.ProvidersFile, "the LLM gateway is not served to pods yet (driver kubernetes): remove the [[provider]] tables and providers_file, or use driver docker")
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package config
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestKubernetesSettings(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	kubeconfig := writeFile(t, "apiVersion: v1\nkind: Config\n")
+	hostDir := t.TempDir()
+	file := writeFile(t, `driver = "kubernetes"
+agent_listen = "10.244.0.1:8091"
+
+[kubernetes]
+kubeconfig = "`+kubeconfig+`"
+namespace = "sandboxes"
+storage_class = "fast.ssd"
+workspace_host_dir = "`+hostDir+`"
+agent_image = "registry.example.com/hotcell/agent:v1"
+pull_policy = "never"
+`)
+	c, err := Load(flags(t, "--config", file, "--agent-binary", agent), envMap(nil))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if !c.Kubernetes() || c.KubeKubeconfig != kubeconfig || c.KubeNamespace != "sandboxes" || c.KubeStorageClass != "fast.ssd" ||
+		c.KubeWorkspaceHostDir != hostDir || c.KubeAgentImage != "registry.example.com/hotcell/agent:v1" || c.KubePullPolicy != "Never" {
+		t.Errorf("got %+v", c)
+	}
+	// The TCP channel is the default on Kubernetes, and pods dial the
+	// listener's own address when it has one.
+	if !c.AgentTCP() || c.AgentAdvertise != "10.244.0.1:8091" {
+		t.Errorf("agent channel %q advertise %q: want tcp, 10.244.0.1:8091", c.AgentChannel, c.AgentAdvertise)
+	}
+	if src := c.Source("kubernetes_namespace"); src != "file "+file {
+		t.Errorf("Source(kubernetes_namespace): got %q, want the file", src)
+	}
+
+	// A flag beats the file's table, and the env names the same setting.
+	c, err = Load(flags(t, "--config", file, "--agent-binary", agent, "--kubernetes-namespace", "other"),
+		envMap(map[string]string{"HOTCELL_KUBERNETES_STORAGE_CLASS": "slow"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.KubeNamespace != "other" || c.KubeStorageClass != "slow" {
+		t.Errorf("namespace %q storage class %q: want other, slow", c.KubeNamespace, c.KubeStorageClass)
+	}
+}
+
+func TestKubernetesBad(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	k8s := []string{"--driver", "kubernetes", "--agent-advertise", "10.244.0.1:8091"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		key  string // the setting the error must name
+		want string // and a part of its text
+	}{
+		{"unknown driver", []string{"--driver", "nomad"}, "driver", "docker"},
+		{"namespace", append(k8s, "--kubernetes-namespace", "Not_A_Name"), "kubernetes_namespace", "namespace name"},
+		{"storage class", append(k8s, "--kubernetes-storage-class", "a b"), "kubernetes_storage_class", "StorageClass"},
+		{"host dir", append(k8s, "--kubernetes-workspace-host-dir", "rel/dir"), "kubernetes_workspace_host_dir", "absolute"},
+		{"agent image", append(k8s, "--kubernetes-agent-image", "Bad Image"), "kubernetes_agent_image", "image reference"},
+		{"pull policy", append(k8s, "--kubernetes-pull-policy", "sometimes"), "kubernetes_pull_policy", "Never"},
+		{"kubeconfig", append(k8s, "--kubernetes-kubeconfig", "/nonexistent/kubeconfig"), "kubernetes_kubeconfig", "cannot be read"},
+		{"unix channel", append(k8s, "--agent-channel", "unix"), "agent_channel", "must be tcp"},
+		{"no advertise", []string{"--driver", "kubernetes"}, "agent_advertise", "must be set"},
+		{"listen on port 0", []string{"--driver", "kubernetes", "--agent-listen", "10.244.0.1:0"}, "agent_advertise", "must be set"},
+		{"providers", append(k8s, "--providers-file", filepath.Join(t.TempDir(), "p.toml")), "providers_file", "LLM gateway"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(flags(t, append([]string{"--agent-binary", agent}, tc.args...)...), envMap(nil))
+			if err == nil || !strings.Contains(err.Error(), tc.key+" ") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error naming %s and saying %q", err, tc.key, tc.want)
+			}
+		})
+	}
+}
+
+func TestKubernetesTableUnknownKey(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, "[kubernetes]\nnamespac = \"x\"\n")
+	_, err := Load(flags(t, "--config", file, "--agent-binary", fakeAgent(t)), envMap(nil))
+	if err == nil || !strings.Contains(err.Error(), `[kubernetes]: unknown key "namespac"`) || !strings.Contains(err.Error(), "namespace") {
+		t.Errorf("got %v, want the unknown key named with the known ones", err)
+	}
+}
+
+// The Docker driver takes no [kubernetes] setting into account but still
+// checks them, so a typo is found before the switch.
+func TestKubernetesSettingsCheckedOnDocker(t *testing.T) {
+	t.Parallel()
+	_, err := Load(flags(t, "--agent-binary", fakeAgent(t), "--kubernetes-pull-policy", "x"), envMap(nil))
+	if err == nil || !strings.Contains(err.Error(), "kubernetes_pull_policy") {
+		t.Errorf("got %v, want an error naming kubernetes_pull_policy", err)
+	}
+}

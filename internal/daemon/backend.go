@@ -1,0 +1,52 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/driver/docker"
+	"github.com/hotcell/hotcell/internal/errdefs"
+)
+
+// backend is what sandboxes run on (config driver): the driver and the
+// parts of the daemon that depend on which driver it is. A part a driver
+// lacks is refused with an error that says so, never switched off
+// without a word.
+type backend struct {
+	// name is the driver's name, as /v1/host and the errors say it.
+	name string
+	drv  interface {
+		driver.Driver
+		driver.Statter
+	}
+	// docker is the Docker driver, nil on another: template builds,
+	// snapshots and the egress network are made with it.
+	docker *docker.Driver
+	// diskLimitEnforced says limits.diskMb holds for /workspace.
+	diskLimitEnforced func() bool
+	// startEgress puts the driver's egress control up (egress.go).
+	startEgress func(ctx context.Context, cfg config.Config, agentPort int, log *slog.Logger) (egressControl, error)
+	close       func()
+}
+
+// openBackend connects to the driver the config names.
+func openBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (*backend, error) {
+	if cfg.Kubernetes() {
+		return openKubernetes(ctx, cfg, log)
+	}
+	return openDocker(ctx, cfg, log)
+}
+
+// noImageBuilds is the template builder of a driver that cannot build
+// images: a build is refused (501) and there is no built image to remove.
+type noImageBuilds struct{ driver string }
+
+func (n noImageBuilds) BuildImage(context.Context, string, string, map[string]string, io.Reader, driver.Progress) error {
+	return fmt.Errorf("template builds need the docker driver; this daemon runs sandboxes on %s, where templates cannot be built or saved yet (docs/kubernetes.md): %w", n.driver, errdefs.ErrNotImplemented)
+}
+
+func (noImageBuilds) RemoveImage(context.Context, string) error { return nil }
