@@ -284,12 +284,12 @@ func (c *Controller) Resolve(p wire.EgressPolicy) (wire.EgressPolicy, error) {
 	return pol.Wire(), nil
 }
 
-// Prepare sets the network fields of a new box's spec for policy p.
+// Prepare sets the network fields of a new box's spec for policy p. Every
+// box starts with no network, whatever its mode: Apply, after the start,
+// connects it (the Docker driver with a veth of its own, which spares the
+// start the engine's attach: bench/README.md) or leaves it without.
 func (c *Controller) Prepare(spec *driver.Spec, p wire.EgressPolicy) {
-	spec.Network = c.cfg.Network
-	if p.Mode == wire.EgressNone {
-		spec.Network = driver.NetworkNone
-	}
+	spec.Network = driver.NetworkNone
 	spec.DNS = []netip.Addr{c.gateway}
 	spec.HostGateway = c.gateway
 }
@@ -330,8 +330,8 @@ func (c *Controller) Apply(ctx context.Context, id string, wp wire.EgressPolicy)
 		}
 		return nil
 	}
-	// A box made on the network (every new one) has its address already:
-	// one engine call instead of a connect's inspect and another.
+	// A box on the network (one whose mode changes, or after a daemon
+	// restart) has its address already; a new one is connected.
 	addr, err := c.drv.BoxAddress(ctx, id, c.cfg.Network)
 	if err != nil {
 		return fmt.Errorf("apply egress of %s: %w", id, err)

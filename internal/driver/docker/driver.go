@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/moby/moby/client"
 
@@ -36,6 +37,9 @@ type Driver struct {
 	// engineRuntimes maps hotcell runtimes to the engine's (runtime.go);
 	// nil is DefaultEngineRuntimes.
 	engineRuntimes map[string]string
+
+	netsMu sync.Mutex
+	nets   map[string]*boxNet // by network name (veth.go)
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST and

@@ -2,10 +2,13 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
@@ -20,11 +23,14 @@ var _ driver.Networker = (*Driver)(nil)
 // (enable_icc=false) so boxes cannot talk to each other even before the
 // egress rules are in place. IPv6 is explicitly off: the egress firewall
 // is IPv4, and an engine whose default turns IPv6 on must not give boxes a
-// way around it. An existing network with another subnet, IPv6 on,
+// way around it. The engine's IPAM gets the lowest sixteenth of the subnet
+// (engineRange): the rest is the driver's, for the boxes it networks
+// itself (veth.go). An existing network with another subnet, IPv6 on,
 // inter-container traffic on or another driver is a conflict naming it,
 // never reused as it is: the firewall rules are keyed on the subnet.
 func (d *Driver) EnsureNetwork(ctx context.Context, name string, subnet netip.Prefix) (netip.Addr, error) {
 	gw := subnet.Masked().Addr().Next()
+	d.forgetNetwork(name)
 	res, err := d.c.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
 		off := false
@@ -33,6 +39,7 @@ func (d *Driver) EnsureNetwork(ctx context.Context, name string, subnet netip.Pr
 			EnableIPv6: &off,
 			IPAM: &network.IPAM{Config: []network.IPAMConfig{{
 				Subnet:  subnet.Masked(),
+				IPRange: engineRange(subnet),
 				Gateway: gw,
 			}}},
 			Options: map[string]string{
@@ -87,6 +94,7 @@ func (d *Driver) NetworkBridge(ctx context.Context, name string) (string, error)
 
 // RemoveNetwork removes the network; a missing one is not an error.
 func (d *Driver) RemoveNetwork(ctx context.Context, name string) error {
+	defer d.forgetNetwork(name)
 	_, err := d.c.NetworkRemove(ctx, name, client.NetworkRemoveOptions{})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return classify("remove network "+name, err)
@@ -94,8 +102,13 @@ func (d *Driver) RemoveNetwork(ctx context.Context, name string) error {
 	return nil
 }
 
-// Connect attaches the box to network. A box made with driver.NetworkNone
-// must leave "none" first: the engine refuses a second network beside it.
+// Connect puts the box on network: a veth of the driver's (veth.go) for a
+// box made with driver.NetworkNone, which is how the egress controller
+// makes them, and nothing for a box the engine attached already (one made
+// on the network by an earlier hotcell). Where the driver cannot see the
+// bridge or the box's processes (errNoVeth) the engine attaches it, and a
+// box made with driver.NetworkNone must leave "none" first: the engine
+// refuses a second network beside it.
 func (d *Driver) Connect(ctx context.Context, id, net string) error {
 	if err := checkID(id); err != nil {
 		return err
@@ -108,6 +121,12 @@ func (d *Driver) Connect(ctx context.Context, id, net string) error {
 		if _, ok := ns.Networks[net]; ok {
 			return nil
 		}
+	}
+	err = d.vethConnect(ctx, res.Container, net)
+	if !errors.Is(err, errNoVeth) {
+		return err
+	}
+	if ns := res.Container.NetworkSettings; ns != nil {
 		if _, ok := ns.Networks[driver.NetworkNone]; ok {
 			if err := d.Disconnect(ctx, id, driver.NetworkNone); err != nil {
 				return err
@@ -119,6 +138,31 @@ func (d *Driver) Connect(ctx context.Context, id, net string) error {
 		EndpointConfig: &network.EndpointSettings{},
 	})
 	return classify(fmt.Sprintf("connect container %s to network %s", ContainerName(id), net), err)
+}
+
+// vethConnect puts the running box c on net with a veth of the driver's.
+func (d *Driver) vethConnect(ctx context.Context, c container.InspectResponse, net string) error {
+	n, err := d.network(ctx, net)
+	if err != nil {
+		return err
+	}
+	var skip map[netip.Addr]bool
+	if !n.engine.IsValid() {
+		// A network from before the engine had a range of its own: its
+		// endpoints' addresses are the engine's.
+		res, err := d.c.NetworkInspect(ctx, net, client.NetworkInspectOptions{})
+		if err != nil {
+			return classify("inspect network "+net, err)
+		}
+		skip = map[netip.Addr]bool{}
+		for _, e := range res.Network.Containers {
+			skip[e.IPv4Address.Addr().Unmap()] = true
+		}
+	}
+	if err := vethConnect(c, n, skip); err != nil {
+		return fmt.Errorf("connect container %s to network %s: %w", strings.TrimPrefix(c.Name, "/"), net, err)
+	}
+	return nil
 }
 
 // Disconnect detaches the box from network. A box that is not attached, or
@@ -135,7 +179,17 @@ func (d *Driver) Disconnect(ctx context.Context, id, net string) error {
 		return classify("inspect container "+ContainerName(id), err)
 	}
 	if ns := res.Container.NetworkSettings; ns == nil || ns.Networks[net] == nil {
-		return nil
+		if net == driver.NetworkNone {
+			return nil
+		}
+		n, err := d.network(ctx, net)
+		if errors.Is(err, errNoVeth) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return vethDisconnect(res.Container, n)
 	}
 	_, err = d.c.NetworkDisconnect(ctx, net, client.NetworkDisconnectOptions{Container: ContainerName(id), Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -156,9 +210,15 @@ func (d *Driver) BoxAddress(ctx context.Context, id, net string) (netip.Addr, er
 	if err != nil {
 		return netip.Addr{}, classify("inspect container "+ContainerName(id), err)
 	}
-	ns := res.Container.NetworkSettings
-	if ns == nil || ns.Networks[net] == nil {
+	if ns := res.Container.NetworkSettings; ns != nil && ns.Networks[net] != nil {
+		return ns.Networks[net].IPAddress.Unmap(), nil
+	}
+	n, err := d.network(ctx, net)
+	if errors.Is(err, errNoVeth) {
 		return netip.Addr{}, nil
 	}
-	return ns.Networks[net].IPAddress.Unmap(), nil
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return vethAddress(res.Container, n)
 }
