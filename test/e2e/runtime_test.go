@@ -81,6 +81,11 @@ func TestRuntimeGVisor(t *testing.T) {
 		if sb, err := d.C.GetSandbox(ctx, gv.ID); err != nil || sb.Runtime != client.RuntimeGVisor {
 			t.Errorf("%s: get: got runtime %q, %v; want gvisor", when, sb.Runtime, err)
 		}
+		for _, id := range []string{gv.ID, rc.ID} {
+			if res := run(t, d, id, askResolver); !strings.Contains(res.Stdout, "Server:") || strings.Contains(res.Stdout, "no servers could be reached") {
+				t.Errorf("%s: sandbox %s asked its resolver over its network: exit %d, %q %q", when, id, res.ExitCode, res.Stdout, res.Stderr)
+			}
+		}
 	}
 	check("after create")
 
@@ -124,6 +129,13 @@ func TestRuntimeGVisor(t *testing.T) {
 		}
 	}
 }
+
+// askResolver asks the box's resolver, the egress DNS on the network's
+// gateway, for a name (busybox's nslookup, straight to the resolver's
+// address): a "Server:" line means an answer came (NXDOMAIN or REFUSED will
+// do), so the box's network (the driver's veth) and the firewall's rule for
+// DNS work.
+const askResolver = `nslookup invalid "$(sed -n 's/^nameserver //p' /etc/resolv.conf | head -n 1)" 2>&1; true`
 
 // waitExec waits for a sandbox's agent to answer after a daemon restart.
 func waitExec(t *testing.T, d *testdaemon.Daemon, id string) {

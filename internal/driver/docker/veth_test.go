@@ -18,7 +18,7 @@ import (
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
-// vethNetwork makes a hotcell network on a free /24 of 10.213.0.0/16 and
+// vethNetwork makes a hotcell network on a free /24 of 10.216.0.0/16 and
 // removes it when the test ends.
 func vethNetwork(t *testing.T, d *docker.Driver) (string, netip.Prefix, netip.Addr) {
 	t.Helper()
@@ -36,7 +36,7 @@ func vethNetwork(t *testing.T, d *docker.Driver) (string, netip.Prefix, netip.Ad
 	for range 50 {
 		var b [1]byte
 		_, _ = rand.Read(b[:])
-		subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 213, b[0], 0}), 24)
+		subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 216, b[0], 0}), 24)
 		if used[subnet] {
 			continue
 		}
@@ -54,7 +54,7 @@ func vethNetwork(t *testing.T, d *docker.Driver) (string, netip.Prefix, netip.Ad
 		})
 		return name, subnet, gw
 	}
-	t.Fatal("no free /24 in 10.213.0.0/16")
+	t.Fatal("no free /24 in 10.216.0.0/16")
 	return "", netip.Prefix{}, netip.Addr{}
 }
 
@@ -217,7 +217,7 @@ func TestHostileVethAddress(t *testing.T) {
 	for _, cmd := range []string{
 		"ip addr add " + addrB.String() + "/24 dev eth0",
 		"ip addr del " + addrA.String() + "/24 dev eth0",
-		"ip addr add 10.213.255.77/32 dev lo",
+		"ip addr add 10.216.255.77/32 dev lo",
 		"ip link set eth0 down",
 		"ip link set eth0 address 02:00:00:00:00:01",
 		"ip route replace default via " + gw.Next().String(),
