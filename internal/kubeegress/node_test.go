@@ -53,20 +53,20 @@ type cluster struct {
 	// route is the test internet's prefix, routed into every box's pod
 	// (the test cluster's pods have no default route).
 	route netip.Prefix
+	stop  func() error
 }
 
 func newCluster(t *testing.T, upstream string, route netip.Prefix) *cluster {
 	t.Helper()
 	testenv.RequireRoot(t, "the node's egress controller changes iptables and ipsets")
 	env := testk8s.Cluster(t)
-	c := testenv.RequireDocker(t)
-	if err := images.BuildAgent(t.Context(), c, images.AgentRef, testenv.AgentBinary(t)); err != nil {
+	dc := testenv.RequireDocker(t)
+	if err := images.BuildAgent(t.Context(), dc, images.AgentRef, testenv.AgentBinary(t)); err != nil {
 		t.Fatal(err)
 	}
 	env.ImportImage(t, images.AgentRef)
 	image := testenv.BusyboxImage(t)
 	env.ImportImage(t, image)
-	resolver := netip.MustParseAddr(resolverA)
 	d, err := kubernetes.New(kubernetes.Config{
 		Kubeconfig:       env.Kubeconfig,
 		Namespace:        env.Namespace(t),
@@ -76,7 +76,7 @@ func newCluster(t *testing.T, upstream string, route netip.Prefix) *cluster {
 		Egress: kubernetes.EgressConfig{
 			NetworkPolicies: true,
 			NodeEnforced:    true,
-			Resolver:        resolver,
+			Resolver:        netip.MustParseAddr(resolverA),
 		},
 	})
 	if err != nil {
@@ -97,33 +97,51 @@ func newCluster(t *testing.T, upstream string, route netip.Prefix) *cluster {
 		}
 	}
 	ecfg := egress.Config{
-		Network:   "kt-" + randHex(3),
-		Subnet:    netip.MustParsePrefix(podRange),
-		Upstreams: []string{upstream},
-		Node:      true,
+		Network:        "kt-" + randHex(3),
+		Subnet:         netip.MustParsePrefix(podRange),
+		Upstreams:      []string{upstream},
+		Node:           true,
+		VerifyInterval: time.Second,
 	}
-	node := kubeegress.NewNode(kubeegress.NodeConfig{
-		Client:    d.Client(),
-		Namespace: d.Namespace(),
-		NodeName:  env.Node,
-		Resolver:  resolver,
-		Bridge:    bridge,
-		Egress:    ecfg,
-		Log:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
-	nctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- node.Run(nctx) }()
+	c := &cluster{env: env, d: d, image: image, ecfg: ecfg, route: route}
+	c.startNode(t)
 	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("egress node: %v", err)
-		}
+		c.stopNode(t)
 		if err := egress.TeardownConfig(ecfg); err != nil {
 			t.Errorf("egress teardown: %v", err)
 		}
 	})
-	return &cluster{env: env, d: d, image: image, node: node, ecfg: ecfg, route: route}
+	return c
+}
+
+// startNode runs the node's egress controller until stopNode.
+func (c *cluster) startNode(t *testing.T) {
+	t.Helper()
+	c.node = kubeegress.NewNode(kubeegress.NodeConfig{
+		Client:    c.d.Client(),
+		Namespace: c.d.Namespace(),
+		NodeName:  c.env.Node,
+		Resolver:  netip.MustParseAddr(resolverA),
+		Bridge:    bridge,
+		Egress:    c.ecfg,
+		Log:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	nctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.node.Run(nctx) }()
+	c.stop = func() error { stop(); return <-done }
+}
+
+// stopNode stops the node's controller; its rules stay.
+func (c *cluster) stopNode(t *testing.T) {
+	t.Helper()
+	if c.stop == nil {
+		return
+	}
+	if err := c.stop(); err != nil {
+		t.Errorf("egress node: %v", err)
+	}
+	c.stop = nil
 }
 
 type testWriter struct{ t *testing.T }
@@ -534,4 +552,63 @@ func leftovers(t *testing.T, boxes []*box) []string {
 		}
 	}
 	return left
+}
+
+// TestNodeRulesHold: the node's rules hold when something puts an accept
+// of pod traffic above them in FORWARD (as a CNI does when its chain is
+// made after them: the check moves hotcell's jump back to the top), and
+// while the controller is down (the rules outlive it); a new controller
+// takes the pods over.
+func TestNodeRulesHold(t *testing.T) {
+	in := newInternet(t)
+	up := newUpstream(t, nil)
+	c := newCluster(t, up, in.prefix)
+	b := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{netip.PrefixFrom(in.allowed, 32).String() + ":80"}})
+	if b.reaches(t, in.other, 80) {
+		t.Fatal("an unlisted address is reachable")
+	}
+
+	accept := []string{"FORWARD", "-s", b.ip + "/32", "-m", "comment", "--comment", "hotcell test: a CNI accept above hotcell", "-j", "ACCEPT"}
+	sh(t, append([]string{"iptables", "-I"}, accept...)...)
+	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-D"}, accept...)...).Run() })
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(firstRule(t, "FORWARD"), "HCN-") {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after an accept went above hotcell's jump, FORWARD begins with %q", firstRule(t, "FORWARD"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if b.reaches(t, in.other, 80) {
+		t.Error("with an accept of the pod's traffic in FORWARD below hotcell's jump: an unlisted address is reachable")
+	}
+
+	c.stopNode(t)
+	if b.reaches(t, in.other, 80) {
+		t.Error("with the controller stopped: an unlisted address is reachable")
+	}
+	if !b.reaches(t, in.allowed, 80) {
+		t.Error("with the controller stopped: the listed address is not reachable")
+	}
+	c.startNode(t)
+	if err := c.d.SetEgress(t.Context(), b.id, wire.EgressPolicy{Mode: wire.EgressOpen}); err != nil {
+		t.Fatalf("set egress through the new controller: %v", err)
+	}
+	if !b.reaches(t, in.other, 80) {
+		t.Error("the new controller's change to open: the other address is refused")
+	}
+}
+
+// firstRule is the first rule of chain.
+func firstRule(t *testing.T, chain string) string {
+	t.Helper()
+	out, err := exec.Command("iptables", "-S", chain).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "-A ") {
+			return l
+		}
+	}
+	return ""
 }
