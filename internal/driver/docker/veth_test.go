@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 	"github.com/vishvananda/netlink"
 
@@ -234,5 +235,67 @@ func TestHostileVethAddress(t *testing.T) {
 	out, _ := dockerExec(t, c, a, "sh", "-c", "ip -4 addr; ip route")
 	if strings.Contains(out, addrB.String()) || !strings.Contains(out, "default via "+gw.String()) {
 		t.Fatalf("a's network after the attempts:\n%s", out)
+	}
+}
+
+// TestVethNetworkFromBefore: on a network an earlier hotcell made (no ip
+// range for the engine), a box the engine attached keeps its endpoint and
+// address (BoxAddress reports it, Connect leaves it, Disconnect is the
+// engine's), and the driver never hands out an address of the engine's
+// endpoints, here the top one, where the driver starts counting.
+func TestVethNetworkFromBefore(t *testing.T) {
+	testenv.RequireRoot(t, "veths and network namespaces")
+	d, c := newDriver(t)
+	ctx := t.Context()
+	name, subnet, gw := vethNetwork(t, d)
+	// Made again as an earlier hotcell made it: without the engine's range.
+	if err := d.RemoveNetwork(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+		Driver:  "bridge",
+		IPAM:    &network.IPAM{Config: []network.IPAMConfig{{Subnet: subnet, Gateway: gw}}},
+		Options: map[string]string{"com.docker.network.bridge.enable_icc": "false"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.EnsureNetwork(ctx, name, subnet); err != nil {
+		t.Fatalf("a network from before is refused: %v", err)
+	}
+	top := netip.MustParseAddr(strings.TrimSuffix(subnet.Addr().String(), ".0") + ".254")
+
+	old := vethBox(t, d, c)
+	if err := d.Disconnect(ctx, old, driver.NetworkNone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.NetworkConnect(ctx, name, client.NetworkConnectOptions{
+		Container:      docker.ContainerName(old),
+		EndpointConfig: &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: top}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := d.BoxAddress(ctx, old, name); err != nil || a != top {
+		t.Fatalf("the engine-attached box's address: %v, %v; want %s", a, err, top)
+	}
+	if err := d.Connect(ctx, old, name); err != nil {
+		t.Fatal(err)
+	}
+	if hostVeth(t, top) != nil {
+		t.Fatalf("Connect gave the engine-attached box a veth of its own")
+	}
+
+	fresh := vethBox(t, d, c)
+	if err := d.Connect(ctx, fresh, name); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := d.BoxAddress(ctx, fresh, name); err != nil || !subnet.Contains(a) || a == top {
+		t.Fatalf("the new box's address: %v, %v; want one of %s other than the engine's %s", a, err, subnet, top)
+	}
+
+	if err := d.Disconnect(ctx, old, name); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := d.BoxAddress(ctx, old, name); err != nil || a.IsValid() {
+		t.Fatalf("after disconnect: %v, %v; want no address", a, err)
 	}
 }
