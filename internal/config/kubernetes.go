@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Drivers: the backend that runs sandboxes' boxes.
@@ -106,6 +107,14 @@ func (c *Config) validateDriver(bad func(key string, value any, format string, a
 			return bad("agent_advertise", c.AgentAdvertise, "must be set with driver kubernetes: the host:port pods dial to reach agent_listen (%s, which gives no address and fixed port of its own to dial), e.g. the host's address on the pods' network, 10.244.0.1:8091 on the test cluster", c.AgentListen)
 		}
 		c.AgentAdvertise = c.AgentListen
+	}
+	for _, a := range []struct {
+		key, action string
+		timeout     time.Duration
+	}{{"idle_action", c.IdleAction, c.IdleTimeout}, {"lifetime_action", c.LifetimeAction, c.MaxLifetime}} {
+		if a.action == "pause" && a.timeout > 0 {
+			return bad(a.key, a.action, "the kubernetes driver cannot pause a pod: use stop or destroy")
+		}
 	}
 	if len(c.Providers) > 0 || c.ProvidersFile != "" {
 		return bad("providers_file", c.ProvidersFile, "the LLM gateway is not served to pods yet (driver kubernetes): remove the [[provider]] tables and providers_file, or use driver docker")

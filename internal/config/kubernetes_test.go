@@ -70,6 +70,8 @@ func TestKubernetesBad(t *testing.T) {
 		{"unix channel", append(k8s, "--agent-channel", "unix"), "agent_channel", "must be tcp"},
 		{"no advertise", []string{"--driver", "kubernetes"}, "agent_advertise", "must be set"},
 		{"listen on port 0", []string{"--driver", "kubernetes", "--agent-listen", "10.244.0.1:0"}, "agent_advertise", "must be set"},
+		{"idle pause", append(k8s, "--idle-timeout", "10m", "--idle-action", "pause"), "idle_action", "cannot pause"},
+		{"lifetime pause", append(k8s, "--max-lifetime", "1h", "--lifetime-action", "pause"), "lifetime_action", "cannot pause"},
 		{"providers", append(k8s, "--providers-file", filepath.Join(t.TempDir(), "p.toml")), "providers_file", "LLM gateway"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -277,6 +277,9 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	if err != nil {
 		return wire.Sandbox{}, err
 	}
+	if err := m.checkCanPause("timeouts.", m.initialTimeouts(req.Timeouts, time.Now())); err != nil {
+		return wire.Sandbox{}, err
+	}
 	if m.pools != nil {
 		// Refills wait while the API's creates run, claims included: they
 		// too need the firewall and the store, which refills would share.

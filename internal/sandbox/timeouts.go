@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -73,6 +74,25 @@ func ValidateSetTimeouts(req wire.SetTimeoutsRequest) error {
 	}{{"idleAction", req.IdleAction}, {"lifetimeAction", req.LifetimeAction}} {
 		if f.v != nil && !validAction(*f.v) {
 			return errdefs.Invalid(f.name, "must be stop, pause or destroy, got %q", *f.v)
+		}
+	}
+	return nil
+}
+
+// checkCanPause refuses a pause timeout action on a driver that cannot
+// pause (driver.Pauser): the timeout would fire, fail, and leave the
+// sandbox running past it. prefix names the request's field.
+func (m *Manager) checkCanPause(prefix string, t *wire.SandboxTimeouts) error {
+	if _, ok := m.drv.(driver.Pauser); ok || t == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name, action string
+		secs         int64
+	}{{"idleAction", t.IdleAction, t.IdleSeconds}, {"lifetimeAction", t.LifetimeAction, t.MaxLifetimeSeconds}} {
+		if f.action == wire.ActionPause && f.secs > 0 {
+			return fmt.Errorf("%s%s pause: the driver cannot pause sandboxes, so the timeout could not act; use stop or destroy: %w",
+				prefix, f.name, errdefs.ErrNotImplemented)
 		}
 	}
 	return nil
@@ -155,6 +175,9 @@ func (m *Manager) SetTimeouts(ctx context.Context, id string, req wire.SetTimeou
 		exp := base.Add(time.Duration(*req.ExtendSeconds) * time.Second)
 		t.ExpiresAt = &exp
 		t.MaxLifetimeSeconds = int64((exp.Sub(sb.CreatedAt) + time.Second - 1) / time.Second)
+	}
+	if err := m.checkCanPause("", t); err != nil {
+		return sb, err
 	}
 	t.IdleDeadline = nil
 	sb.Timeouts = t

@@ -412,6 +412,12 @@ func TestKubernetesRefusesDockerOnlyFeatures(t *testing.T) {
 	wantStatus(t, "template build", err, http.StatusNotImplemented, "template builds need the docker driver")
 	_, err = c.PauseSandbox(ctx, sb.ID)
 	wantStatus(t, "pause", err, http.StatusNotImplemented, "cannot pause")
+	// A timeout whose action is pause could never act: refused up front.
+	_, err = c.CreateSandbox(ctx, client.CreateSandboxRequest{Timeouts: &client.Timeouts{IdleSeconds: 600, IdleAction: "pause"}})
+	wantStatus(t, "create with idle action pause", err, http.StatusNotImplemented, "timeouts.idleAction pause: the driver cannot pause")
+	idle, pause := int64(600), "pause"
+	_, err = c.SetTimeouts(ctx, sb.ID, client.SetTimeoutsRequest{IdleSeconds: &idle, IdleAction: &pause})
+	wantStatus(t, "set idle action pause", err, http.StatusNotImplemented, "idleAction pause: the driver cannot pause")
 
 	// The sandbox is unharmed by all of it.
 	if got := execOK(t, c, sb.ID, "echo still"); got != "still\n" {
