@@ -332,6 +332,24 @@ func TestKubernetesSandboxEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("backup and restore", func(t *testing.T) {
+		execOK(t, c, id, "echo one > /workspace/a.txt")
+		b, err := c.CreateBackup(ctx, id, client.BackupOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Size < int64(len(payload)) {
+			t.Errorf("backup %+v: want it to hold the %d-byte file", b, len(payload))
+		}
+		execOK(t, c, id, "echo changed > /workspace/a.txt && echo new > /workspace/new.txt")
+		if _, err := c.Restore(ctx, id, client.RestoreRequest{BackupID: b.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if got := execOK(t, c, id, "cat /workspace/a.txt; ls /workspace"); got != "one\na.txt\ndir\nsite\n" {
+			t.Errorf("workspace after the restore: %q, want a.txt as backed up and no new.txt", got)
+		}
+	})
+
 	t.Run("stop and start keep the workspace", func(t *testing.T) {
 		before := d.pods(t, id)
 		got, err := c.StopSandbox(ctx, id)
