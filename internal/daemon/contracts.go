@@ -5,6 +5,7 @@ import (
 	"github.com/hotcell/hotcell/internal/backup"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/driver/docker"
+	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
 )
@@ -40,6 +41,16 @@ var (
 	_ driver.Snapshotter    = (*docker.Driver)(nil)
 	_ driver.Networker      = (*docker.Driver)(nil)
 	_ driver.Statter        = (*docker.Driver)(nil)
+)
+
+// The Kubernetes driver must have what a daemon on it relies on: orphan
+// removal, live events, the probe and stats. It lacks pause, snapshots,
+// image builds and egress networks; the daemon refuses those (backend.go).
+var (
+	_ driver.InstanceLister = (*kubernetes.Driver)(nil)
+	_ driver.EventWatcher   = (*kubernetes.Driver)(nil)
+	_ driver.Prober         = (*kubernetes.Driver)(nil)
+	_ driver.Statter        = (*kubernetes.Driver)(nil)
 )
 
 // withManager sets every field of o that the sandbox manager serves.
