@@ -351,17 +351,21 @@ func (f *firewall) baseJump(c string) []string {
 // hooks are the chains that jump to the network's chain.
 func (f *firewall) hooks() []string { return []string{f.forward, chainInput} }
 
-// jumpFirst reports whether the first rule of chain c is the jump to the
-// network's chain (node mode keeps it there: see firewall.node).
+// jumpFirst reports whether the jump to the network's chain is the first
+// rule of chain c (node mode keeps it there: see firewall.node), but for
+// Docker's jump to DOCKER-USER, which Docker puts back on top whenever it
+// makes a network (on a node that also runs Docker, moving above it would
+// be a fight every few seconds) and which accepts nothing of its own.
 func (f *firewall) jumpFirst(c string) (bool, error) {
 	lines, err := f.ipt.List(table, c)
 	if err != nil {
 		return false, err
 	}
 	for _, l := range lines {
-		if strings.HasPrefix(l, "-A ") {
-			return strings.HasSuffix(l, " -j "+f.base), nil
+		if !strings.HasPrefix(l, "-A ") || l == "-A "+c+" -j "+chainForward {
+			continue
 		}
+		return strings.HasSuffix(l, " -j "+f.base), nil
 	}
 	return false, nil
 }

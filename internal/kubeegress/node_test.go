@@ -2,6 +2,8 @@ package kubeegress_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net"
@@ -203,40 +205,8 @@ func (c *cluster) newBox(t *testing.T, p *wire.EgressPolicy) *box {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.routeInPod(t, pod)
+	c.env.RouteInPod(t, pod, c.route, resolverA)
 	return &box{id: id, conn: conn, ip: pod.Status.PodIP, pol: p}
-}
-
-// routeInPod adds a route to the test internet, via the node, in pod's
-// network namespace: the test cluster's CNI gives pods no default route,
-// and a default route would send what leaves a pod to the host's real
-// network. The route is the test's, from the host: the box cannot change
-// its routes.
-func (c *cluster) routeInPod(t *testing.T, pod *corev1.Pod) {
-	t.Helper()
-	var cid string
-	for _, cs := range pod.Status.ContainerStatuses {
-		if id, ok := strings.CutPrefix(cs.ContainerID, "containerd://"); ok && cs.State.Running != nil {
-			cid = id
-		}
-	}
-	if cid == "" {
-		t.Fatalf("pod %s has no running container", pod.Name)
-	}
-	out, err := exec.Command("ctr", "--address", c.env.Containerd, "-n", "k8s.io", "task", "ls").Output()
-	if err != nil {
-		t.Fatalf("ctr task ls: %v", err)
-	}
-	var pid string
-	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == cid {
-			pid = f[1]
-		}
-	}
-	if pid == "" {
-		t.Fatalf("no task of container %s", cid)
-	}
-	sh(t, "nsenter", "-t", pid, "-n", "ip", "route", "replace", c.route.String(), "via", resolverA)
 }
 
 // sh runs script in the box with busybox sh and returns its output and
@@ -286,16 +256,16 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // denies everything but which hotcell does not confine still reaches the
 // test internet: the CNI did none of the work.
 func TestNodeEnforcesModes(t *testing.T) {
-	in := newInternet(t)
-	up := newUpstream(t, map[string]netip.Addr{"allowed.test": in.allowed, "other.test": in.other})
-	c := newCluster(t, up, in.prefix)
+	in := testk8s.NewInternet(t)
+	up := testk8s.NewUpstream(t, map[string]netip.Addr{"allowed.test": in.Allowed, "other.test": in.Other})
+	c := newCluster(t, up, in.Prefix)
 	ctx := t.Context()
 
 	policies := map[string]*wire.EgressPolicy{
 		"open":  {Mode: wire.EgressOpen},
 		"none":  {Mode: wire.EgressNone},
 		"name":  {Mode: wire.EgressAllowlist, Allow: []string{"allowed.test:80"}},
-		"cidr":  {Mode: wire.EgressAllowlist, Allow: []string{netip.PrefixFrom(in.allowed, 32).String() + ":80"}},
+		"cidr":  {Mode: wire.EgressAllowlist, Allow: []string{netip.PrefixFrom(in.Allowed, 32).String() + ":80"}},
 		"plain": nil,
 	}
 	boxes := map[string]*box{}
@@ -330,8 +300,8 @@ func TestNodeEnforcesModes(t *testing.T) {
 	if _, err := c.d.Client().NetworkingV1().NetworkPolicies(c.d.Namespace()).Create(ctx, deny, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if !plain.reaches(t, in.allowed, 80) {
-		out, _ := plain.sh(t, "ip route; ip addr; nc -w 3 "+in.allowed.String()+" 80 </dev/null")
+	if !plain.reaches(t, in.Allowed, 80) {
+		out, _ := plain.sh(t, "ip route; ip addr; nc -w 3 "+in.Allowed.String()+" 80 </dev/null")
 		t.Log(out)
 		t.Fatal("a pod under a deny-all NetworkPolicy and no hotcell policy does not reach the test internet: the CNI enforces NetworkPolicy (or the internet is broken), so this test would not show hotcell's rules holding by themselves")
 	}
@@ -358,9 +328,9 @@ func TestNodeEnforcesModes(t *testing.T) {
 		box    string
 		checks []check
 	}{
-		{"open", []check{{in.allowed, true}, {in.other, true}}},
-		{"none", []check{{in.allowed, false}, {in.other, false}}},
-		{"cidr", []check{{in.allowed, true}, {in.other, false}}},
+		{"open", []check{{in.Allowed, true}, {in.Other, true}}},
+		{"none", []check{{in.Allowed, false}, {in.Other, false}}},
+		{"cidr", []check{{in.Allowed, true}, {in.Other, false}}},
 	} {
 		b := boxes[tc.box]
 		for _, ch := range tc.checks {
@@ -374,26 +344,26 @@ func TestNodeEnforcesModes(t *testing.T) {
 	// resolver and is reachable; another name is refused, and its address
 	// (known to the box by other means) stays closed.
 	name := boxes["name"]
-	if name.reaches(t, in.allowed, 80) {
+	if name.reaches(t, in.Allowed, 80) {
 		t.Error("allowlist by name: the listed name's address is reachable before the box resolved it")
 	}
-	if got := name.lookup(t, "allowed.test", resolverA); !slices.Contains(got, in.allowed.String()) {
-		t.Errorf("allowlist by name: allowed.test through the node's resolver: got %v, want %s", got, in.allowed)
+	if got := name.lookup(t, "allowed.test", resolverA); !slices.Contains(got, in.Allowed.String()) {
+		t.Errorf("allowlist by name: allowed.test through the node's resolver: got %v, want %s", got, in.Allowed)
 	}
-	if !name.reaches(t, in.allowed, 80) {
+	if !name.reaches(t, in.Allowed, 80) {
 		t.Error("allowlist by name: allowed.test's address is not reachable once resolved")
 	}
 	if got := name.lookup(t, "other.test", resolverA); len(got) > 0 {
 		t.Errorf("allowlist by name: other.test resolved to %v, want refused", got)
 	}
-	if name.reaches(t, in.other, 80) {
+	if name.reaches(t, in.Other, 80) {
 		t.Error("allowlist by name: an unlisted address is reachable")
 	}
 	if got := boxes["none"].lookup(t, "allowed.test", resolverA); len(got) > 0 {
 		t.Errorf("mode none: a lookup answered %v", got)
 	}
-	if got := boxes["open"].lookup(t, "other.test", resolverA); !slices.Contains(got, in.other.String()) {
-		t.Errorf("mode open: other.test through the node's resolver: got %v, want %s", got, in.other)
+	if got := boxes["open"].lookup(t, "other.test", resolverA); !slices.Contains(got, in.Other.String()) {
+		t.Errorf("mode open: other.test through the node's resolver: got %v, want %s", got, in.Other)
 	}
 	st := c.node.Controller().Status(name.id, *name.pol)
 	if !st.Enforced || st.Address != name.ip {
@@ -405,13 +375,13 @@ func TestNodeEnforcesModes(t *testing.T) {
 	if err := c.d.SetEgress(ctx, cidr.id, wire.EgressPolicy{Mode: wire.EgressOpen}); err != nil {
 		t.Fatalf("set egress: %v", err)
 	}
-	if !cidr.reaches(t, in.other, 80) {
+	if !cidr.reaches(t, in.Other, 80) {
 		t.Error("after the change to open: the other address is still refused")
 	}
 	if err := c.d.SetEgress(ctx, cidr.id, wire.EgressPolicy{Mode: wire.EgressNone}); err != nil {
 		t.Fatalf("set egress: %v", err)
 	}
-	if cidr.reaches(t, in.allowed, 80) {
+	if cidr.reaches(t, in.Allowed, 80) {
 		t.Error("after the change to none: the internet is still reachable")
 	}
 }
@@ -422,9 +392,9 @@ func TestNodeEnforcesModes(t *testing.T) {
 // kubelet's). Each fails, with NetworkPolicy unenforced. When the
 // sandboxes go, so do their rules.
 func TestNodeHostilePod(t *testing.T) {
-	in := newInternet(t)
-	up := newUpstream(t, map[string]netip.Addr{"allowed.test": in.allowed})
-	c := newCluster(t, up, in.prefix)
+	in := testk8s.NewInternet(t)
+	up := testk8s.NewUpstream(t, map[string]netip.Addr{"allowed.test": in.Allowed})
+	c := newCluster(t, up, in.Prefix)
 	// A port of the daemon's on the node's pod-network address.
 	ln, err := net.Listen("tcp", resolverA+":0")
 	if err != nil {
@@ -458,15 +428,15 @@ func TestNodeHostilePod(t *testing.T) {
 	}
 
 	// Another DNS server, straight to it: never answered.
-	before := in.rogueQueries.Load()
-	if got := hostile.lookup(t, "allowed.test", in.other.String()); len(got) > 0 {
+	before := in.RogueQueries.Load()
+	if got := hostile.lookup(t, "allowed.test", in.Other.String()); len(got) > 0 {
 		t.Errorf("a lookup through another DNS server was answered: %v", got)
 	}
-	if n := in.rogueQueries.Load() - before; n != 0 {
+	if n := in.RogueQueries.Load() - before; n != 0 {
 		t.Errorf("the other DNS server got %d queries from the box", n)
 	}
 	// An unlisted address, directly.
-	if hostile.reaches(t, in.other, 80) {
+	if hostile.reaches(t, in.Other, 80) {
 		t.Error("an unlisted address is reachable directly")
 	}
 	// A new address of its own (an open neighbour's, or a fresh one):
@@ -499,7 +469,7 @@ func TestNodeHostilePod(t *testing.T) {
 	for _, d := range st.Denied {
 		reasons[d.Address+" "+d.Reason] = true
 	}
-	for _, want := range []string{in.other.String() + " not-allowed", neighbour.ip + " sandbox", resolverA + " host"} {
+	for _, want := range []string{in.Other.String() + " not-allowed", neighbour.ip + " sandbox", resolverA + " host"} {
 		if st.DenialLogAvailable && !reasons[want] {
 			t.Errorf("the denial log lacks %q: %+v", want, st.Denied)
 		}
@@ -560,16 +530,16 @@ func leftovers(t *testing.T, boxes []*box) []string {
 // while the controller is down (the rules outlive it); a new controller
 // takes the pods over.
 func TestNodeRulesHold(t *testing.T) {
-	in := newInternet(t)
-	up := newUpstream(t, nil)
-	c := newCluster(t, up, in.prefix)
-	b := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{netip.PrefixFrom(in.allowed, 32).String() + ":80"}})
-	if b.reaches(t, in.other, 80) {
+	in := testk8s.NewInternet(t)
+	up := testk8s.NewUpstream(t, nil)
+	c := newCluster(t, up, in.Prefix)
+	b := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{netip.PrefixFrom(in.Allowed, 32).String() + ":80"}})
+	if b.reaches(t, in.Other, 80) {
 		t.Fatal("an unlisted address is reachable")
 	}
 
 	accept := []string{"FORWARD", "-s", b.ip + "/32", "-m", "comment", "--comment", "hotcell test: a CNI accept above hotcell", "-j", "ACCEPT"}
-	sh(t, append([]string{"iptables", "-I"}, accept...)...)
+	testk8s.Sh(t, append([]string{"iptables", "-I"}, accept...)...)
 	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-D"}, accept...)...).Run() })
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(firstRule(t, "FORWARD"), "HCN-") {
@@ -578,27 +548,27 @@ func TestNodeRulesHold(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if b.reaches(t, in.other, 80) {
+	if b.reaches(t, in.Other, 80) {
 		t.Error("with an accept of the pod's traffic in FORWARD below hotcell's jump: an unlisted address is reachable")
 	}
 
 	c.stopNode(t)
-	if b.reaches(t, in.other, 80) {
+	if b.reaches(t, in.Other, 80) {
 		t.Error("with the controller stopped: an unlisted address is reachable")
 	}
-	if !b.reaches(t, in.allowed, 80) {
+	if !b.reaches(t, in.Allowed, 80) {
 		t.Error("with the controller stopped: the listed address is not reachable")
 	}
 	c.startNode(t)
 	if err := c.d.SetEgress(t.Context(), b.id, wire.EgressPolicy{Mode: wire.EgressOpen}); err != nil {
 		t.Fatalf("set egress through the new controller: %v", err)
 	}
-	if !b.reaches(t, in.other, 80) {
+	if !b.reaches(t, in.Other, 80) {
 		t.Error("the new controller's change to open: the other address is refused")
 	}
 }
 
-// firstRule is the first rule of chain.
+// firstRule is the first rule of chain but Docker's jump to DOCKER-USER.
 func firstRule(t *testing.T, chain string) string {
 	t.Helper()
 	out, err := exec.Command("iptables", "-S", chain).Output()
@@ -606,9 +576,16 @@ func firstRule(t *testing.T, chain string) string {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(l, "-A ") {
+		// Docker keeps its jump to DOCKER-USER on top (egress's jumpFirst).
+		if strings.HasPrefix(l, "-A ") && l != "-A "+chain+" -j DOCKER-USER" {
 			return l
 		}
 	}
 	return ""
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -1,4 +1,4 @@
-package kubeegress_test
+package testk8s
 
 import (
 	"crypto/rand"
@@ -18,39 +18,42 @@ import (
 
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 )
 
-// internet is the test's own internet: a network namespace that owns a few
+// Internet is a test's own internet: a network namespace that owns a few
 // addresses of a documentation range (203.0.113.0/24 or 198.51.100.0/24),
 // routed from the node by a route the test adds. No packet of the test
 // goes anywhere else.
-type internet struct {
-	ns     string
-	prefix netip.Prefix
-	// allowed and other answer TCP port 80 with "hello from ADDR:80";
-	// other also answers DNS (port 53) for any name with rogueAnswer, a
+type Internet struct {
+	ns string
+	// Prefix holds the addresses; routes to it go to the namespace.
+	Prefix netip.Prefix
+	// Allowed and Other answer TCP port 80 with "hello from ADDR:80";
+	// Other also answers DNS (port 53) for any name with RogueAnswer, a
 	// resolver a sandbox might try instead of hotcell's.
-	allowed, other netip.Addr
-	rogueAnswer    netip.Addr
-	rogueQueries   atomic.Int64
+	Allowed, Other netip.Addr
+	RogueAnswer    netip.Addr
+	RogueQueries   atomic.Int64
 }
 
-func sh(t *testing.T, args ...string) {
+// Sh runs a command and fails t if it fails.
+func Sh(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 
-func randHex(n int) string {
+func randHexN(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-// newInternet makes the namespace, its veth, the route and its servers;
+// NewInternet makes the namespace, its veth, the route and its servers;
 // all of it is removed when the test ends.
-func newInternet(t *testing.T) *internet {
+func NewInternet(t testing.TB) *Internet {
 	t.Helper()
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatal("needs ip (iproute2)")
@@ -63,29 +66,29 @@ func newInternet(t *testing.T) *internet {
 	b := bases[x[0]%2]
 	pfx := netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], b[2], x[1] & 0xf0}), 28)
 	hostIP := pfx.Addr().Next()
-	in := &internet{allowed: hostIP.Next(), prefix: pfx}
-	in.other = in.allowed.Next()
-	in.rogueAnswer = in.other.Next()
-	id := randHex(3)
+	in := &Internet{Allowed: hostIP.Next(), Prefix: pfx}
+	in.Other = in.Allowed.Next()
+	in.RogueAnswer = in.Other.Next()
+	id := randHexN(3)
 	ns, vh, vp := "hcke-"+id, "hck"+id, "hcq"+id
 	in.ns = ns
-	sh(t, "ip", "netns", "add", ns)
+	Sh(t, "ip", "netns", "add", ns)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	sh(t, "ip", "link", "add", vh, "type", "veth", "peer", "name", vp)
+	Sh(t, "ip", "link", "add", vh, "type", "veth", "peer", "name", vp)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", vh).Run() })
-	sh(t, "ip", "link", "set", vp, "netns", ns)
-	sh(t, "ip", "addr", "add", netip.PrefixFrom(hostIP, pfx.Bits()).String(), "dev", vh)
-	sh(t, "ip", "link", "set", vh, "up")
-	for _, a := range []netip.Addr{in.allowed, in.other} {
-		sh(t, "ip", "netns", "exec", ns, "ip", "addr", "add", netip.PrefixFrom(a, pfx.Bits()).String(), "dev", vp)
+	Sh(t, "ip", "link", "set", vp, "netns", ns)
+	Sh(t, "ip", "addr", "add", netip.PrefixFrom(hostIP, pfx.Bits()).String(), "dev", vh)
+	Sh(t, "ip", "link", "set", vh, "up")
+	for _, a := range []netip.Addr{in.Allowed, in.Other} {
+		Sh(t, "ip", "netns", "exec", ns, "ip", "addr", "add", netip.PrefixFrom(a, pfx.Bits()).String(), "dev", vp)
 	}
-	sh(t, "ip", "netns", "exec", ns, "ip", "link", "set", vp, "up")
-	sh(t, "ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+	Sh(t, "ip", "netns", "exec", ns, "ip", "link", "set", vp, "up")
+	Sh(t, "ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
 	// Back to the pods (the bridge CNI does not masquerade) via the host.
-	sh(t, "ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", hostIP.String())
+	Sh(t, "ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", hostIP.String())
 
 	inNetns(t, ns, func() {
-		for _, a := range []netip.Addr{in.allowed, in.other} {
+		for _, a := range []netip.Addr{in.Allowed, in.Other} {
 			ln, err := net.Listen("tcp", netip.AddrPortFrom(a, 80).String())
 			if err != nil {
 				t.Fatal(err)
@@ -102,16 +105,16 @@ func newInternet(t *testing.T) *internet {
 				}
 			}()
 		}
-		pc, err := net.ListenPacket("udp", netip.AddrPortFrom(in.other, 53).String())
+		pc, err := net.ListenPacket("udp", netip.AddrPortFrom(in.Other, 53).String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-			in.rogueQueries.Add(1)
+			in.RogueQueries.Add(1)
 			m := new(dns.Msg)
 			m.SetReply(q)
 			if q.Question[0].Qtype == dns.TypeA {
-				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: in.rogueAnswer.AsSlice()})
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: in.RogueAnswer.AsSlice()})
 			}
 			_ = w.WriteMsg(m)
 		})}
@@ -120,7 +123,7 @@ func newInternet(t *testing.T) *internet {
 	})
 	// The addresses answer from the host before any pod is let near them:
 	// a route that went wrong fails here, not out on a network.
-	for _, a := range []netip.Addr{in.allowed, in.other} {
+	for _, a := range []netip.Addr{in.Allowed, in.Other} {
 		want := "hello from " + netip.AddrPortFrom(a, 80).String()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -138,7 +141,7 @@ func newInternet(t *testing.T) *internet {
 
 // inNetns runs fn on a thread in network namespace ns: the sockets it
 // opens stay there.
-func inNetns(t *testing.T, ns string, fn func()) {
+func inNetns(t testing.TB, ns string, fn func()) {
 	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -166,7 +169,7 @@ func inNetns(t *testing.T, ns string, fn func()) {
 	fn()
 }
 
-func lockInternet(t *testing.T) {
+func lockInternet(t testing.TB) {
 	t.Helper()
 	f, err := os.OpenFile(filepath.Join(os.TempDir(), "hotcell-e2e-internet.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -191,9 +194,10 @@ func dialRead(addr string) (string, error) {
 	return string(b[:n]), nil
 }
 
-// upstream is the resolver the node forwards allowed names to, on
-// loopback: names map to the test internet's addresses.
-func newUpstream(t *testing.T, names map[string]netip.Addr) string {
+// NewUpstream is a DNS server on loopback that answers names with their
+// addresses (NXDOMAIN for others), for a resolver to forward to; it
+// returns its address.
+func NewUpstream(t testing.TB, names map[string]netip.Addr) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -213,4 +217,35 @@ func newUpstream(t *testing.T, names map[string]netip.Addr) string {
 	go func() { _ = srv.ActivateAndServe() }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	return pc.LocalAddr().String()
+}
+
+// RouteInPod adds a route to prefix via the node address via in pod's
+// network namespace, from the host: the test cluster's CNI gives pods no
+// default route (one would send what leaves a pod to the host's real
+// network), and a test internet needs a way in.
+func (e *Env) RouteInPod(t testing.TB, pod *corev1.Pod, prefix netip.Prefix, via string) {
+	t.Helper()
+	var cid string
+	for _, cs := range pod.Status.ContainerStatuses {
+		if id, ok := strings.CutPrefix(cs.ContainerID, "containerd://"); ok && cs.State.Running != nil {
+			cid = id
+		}
+	}
+	if cid == "" {
+		t.Fatalf("pod %s has no running container", pod.Name)
+	}
+	out, err := exec.Command("ctr", "--address", e.Containerd, "-n", "k8s.io", "task", "ls").Output()
+	if err != nil {
+		t.Fatalf("ctr task ls: %v", err)
+	}
+	var pid string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == cid {
+			pid = f[1]
+		}
+	}
+	if pid == "" {
+		t.Fatalf("no task of container %s", cid)
+	}
+	Sh(t, "nsenter", "-t", pid, "-n", "ip", "route", "replace", prefix.String(), "via", via)
 }
