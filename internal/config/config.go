@@ -83,6 +83,12 @@ type Config struct {
 	// clusters), the image the agent comes from and the pull policy.
 	KubeKubeconfig, KubeNamespace, KubeStorageClass, KubeWorkspaceHostDir string
 	KubeAgentImage, KubePullPolicy                                        string
+	// KubeEgressResolver is the address of hotcell egress-node's resolver
+	// that every pod's dnsConfig names: set, every egress mode is served,
+	// enforced by egress-node on the nodes. KubeNetworkPolicies makes a
+	// NetworkPolicy per sandbox as well (docs/kubernetes.md, "Egress").
+	KubeEgressResolver  string
+	KubeNetworkPolicies bool
 	// ExecTimeout is the default timeout of an exec that asks for none.
 	ExecTimeout time.Duration
 	// SetupTimeout bounds each setup command at create.
@@ -235,6 +241,10 @@ var settings = []setting{
 		func(c *Config) any { return &c.KubeAgentImage }},
 	{"kubernetes_pull_policy", kindString, "image pull policy of the pods' containers: Always, IfNotPresent or Never (a cluster without a registry)",
 		func(c *Config) any { return &c.KubePullPolicy }},
+	{"kubernetes_egress_resolver", kindString, "address of hotcell egress-node's resolver, which every pod's dnsConfig names, with driver kubernetes: set, every egress mode is served, enforced on each node by hotcell egress-node (a start waits for it); empty, only mode open is served. Every node must answer on it (docs/kubernetes.md, Egress)",
+		func(c *Config) any { return &c.KubeEgressResolver }},
+	{"kubernetes_network_policies", kindBool, "make a NetworkPolicy per sandbox that expresses its egress mode, for clusters whose CNI enforces them, with driver kubernetes",
+		func(c *Config) any { return &c.KubeNetworkPolicies }},
 	{"exec_timeout", kindDuration, "default timeout of an exec",
 		func(c *Config) any { return &c.ExecTimeout }},
 	{"setup_timeout", kindDuration, "timeout of each setup command at create",
@@ -881,6 +891,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("driver", c.Driver),
 		slog.String("kubernetes_kubeconfig", c.KubeKubeconfig),
 		slog.String("kubernetes_namespace", c.KubeNamespace),
+		slog.String("kubernetes_egress_resolver", c.KubeEgressResolver),
+		slog.Bool("kubernetes_network_policies", c.KubeNetworkPolicies),
 		slog.String("agent_channel", c.AgentChannel),
 		slog.String("agent_advertise", c.AgentAdvertise),
 		slog.Duration("exec_timeout", c.ExecTimeout),

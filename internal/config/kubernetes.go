@@ -78,6 +78,11 @@ func (c *Config) validateDriver(bad func(key string, value any, format string, a
 	default:
 		return bad("kubernetes_pull_policy", c.KubePullPolicy, "must be Always, IfNotPresent or Never (Never on a cluster without a registry: the images must be on the nodes)")
 	}
+	if c.KubeEgressResolver != "" {
+		if a, err := netip.ParseAddr(c.KubeEgressResolver); err != nil || !a.Is4() || a.IsUnspecified() || a.IsLoopback() {
+			return bad("kubernetes_egress_resolver", c.KubeEgressResolver, "must be the IPv4 address every node's hotcell egress-node answers DNS on, such as 10.244.0.1 on the test cluster")
+		}
+	}
 	if !c.Kubernetes() {
 		return nil
 	}

@@ -21,13 +21,16 @@ storage_class = "fast.ssd"
 workspace_host_dir = "`+hostDir+`"
 agent_image = "registry.example.com/hotcell/agent:v1"
 pull_policy = "never"
+egress_resolver = "10.244.0.1"
+network_policies = true
 `)
 	c, err := Load(flags(t, "--config", file, "--agent-binary", agent), envMap(nil))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	if !c.Kubernetes() || c.KubeKubeconfig != kubeconfig || c.KubeNamespace != "sandboxes" || c.KubeStorageClass != "fast.ssd" ||
-		c.KubeWorkspaceHostDir != hostDir || c.KubeAgentImage != "registry.example.com/hotcell/agent:v1" || c.KubePullPolicy != "Never" {
+		c.KubeWorkspaceHostDir != hostDir || c.KubeAgentImage != "registry.example.com/hotcell/agent:v1" || c.KubePullPolicy != "Never" ||
+		c.KubeEgressResolver != "10.244.0.1" || !c.KubeNetworkPolicies {
 		t.Errorf("got %+v", c)
 	}
 	// The TCP channel is the default on Kubernetes, and pods dial the
@@ -72,6 +75,8 @@ func TestKubernetesBad(t *testing.T) {
 		{"listen on port 0", []string{"--driver", "kubernetes", "--agent-listen", "10.244.0.1:0"}, "agent_advertise", "must be set"},
 		{"idle pause", append(k8s, "--idle-timeout", "10m", "--idle-action", "pause"), "idle_action", "cannot pause"},
 		{"lifetime pause", append(k8s, "--max-lifetime", "1h", "--lifetime-action", "pause"), "lifetime_action", "cannot pause"},
+		{"egress resolver", append(k8s, "--kubernetes-egress-resolver", "node-1"), "kubernetes_egress_resolver", "IPv4 address"},
+		{"loopback egress resolver", append(k8s, "--kubernetes-egress-resolver", "127.0.0.1"), "kubernetes_egress_resolver", "IPv4 address"},
 		{"providers", append(k8s, "--providers-file", filepath.Join(t.TempDir(), "p.toml")), "providers_file", "LLM gateway"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,9 +15,11 @@ import (
 )
 
 // openKubernetes connects to the cluster of the [kubernetes] settings and
-// checks that the namespace is there. Template builds, snapshots, the
-// workspace disks and egress enforcement are Docker's: the backend has
-// none of them, and each is refused where it is asked for.
+// checks that the namespace is there. Template builds, snapshots and the
+// workspace disks are Docker's: the backend has none of them, and each is
+// refused where it is asked for. Egress is enforced by hotcell egress-node
+// on the nodes when kubernetes_egress_resolver is set (egress_kubernetes.go),
+// else only mode open is served.
 func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*backend, error) {
 	drv, err := kubernetes.New(kubernetes.Config{
 		Kubeconfig:       cfg.KubeKubeconfig,
@@ -26,6 +28,7 @@ func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 		WorkspaceHostDir: cfg.KubeWorkspaceHostDir,
 		AgentImage:       cfg.KubeAgentImage,
 		PullPolicy:       corev1.PullPolicy(cfg.KubePullPolicy),
+		Egress:           kubeEgressConfig(cfg, log),
 	})
 	if err != nil {
 		return nil, err
@@ -57,7 +60,7 @@ func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 		// of the workspace host dir has no size at all): not promised.
 		diskLimitEnforced: func() bool { return false },
 		startEgress: func(_ context.Context, cfg config.Config, _ int, log *slog.Logger) (egressControl, error) {
-			return startOpenEgress(cfg, kubernetes.Name, log)
+			return startKubeEgress(cfg, drv, log)
 		},
 		close: func() {},
 	}, nil

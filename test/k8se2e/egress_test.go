@@ -1,0 +1,189 @@
+package k8se2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/driver/kubernetes"
+	"github.com/hotcell/hotcell/internal/egress"
+	"github.com/hotcell/hotcell/internal/kubeegress"
+	"github.com/hotcell/hotcell/internal/testdaemon"
+	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/testk8s"
+)
+
+// TestKubernetesEgressThroughServe: `hotcell serve` on the Kubernetes
+// driver with kubernetes_egress_resolver serves every egress mode, each
+// enforced by the node's egress controller (run in the test process on the
+// node, as hotcell egress-node would) with the test cluster's CNI
+// enforcing no NetworkPolicy: from inside real pods, through the public
+// API, open reaches the test internet, none reaches nothing (but its agent
+// channel still works: every exec here goes through it), an allowlist by
+// name reaches its name once resolved through the node's resolver and
+// nothing else, and a change of policy is in force when the call returns.
+func TestKubernetesEgressThroughServe(t *testing.T) {
+	testenv.RequireRoot(t, "the node's egress controller changes iptables and ipsets")
+	env := testk8s.Cluster(t)
+	in := testk8s.NewInternet(t)
+	up := testk8s.NewUpstream(t, map[string]netip.Addr{"allowed.test": in.Allowed, "other.test": in.Other})
+	prepareImages(t, env)
+	ns := env.Namespace(t)
+	port := freePort(t, env.HostIP)
+	agentAddr := netip.MustParseAddrPort(net.JoinHostPort(env.HostIP, strconv.Itoa(port)))
+
+	drv, err := kubernetes.New(kubernetes.Config{Kubeconfig: env.Kubeconfig, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	ecfg := egress.Config{
+		Network:   "ke-" + hex.EncodeToString(b),
+		Subnet:    netip.MustParsePrefix("10.244.0.0/16"),
+		Upstreams: []string{up},
+		Node:      true,
+		// The daemon's agent channel: on this node, so a host address
+		// otherwise refused.
+		Allowed: []netip.AddrPort{agentAddr},
+	}
+	node := kubeegress.NewNode(kubeegress.NodeConfig{
+		Client: drv.Client(), Namespace: ns, NodeName: env.Node,
+		Resolver: netip.MustParseAddr(env.HostIP), Bridge: "hck8s0", Egress: ecfg,
+		Log: slog.New(slog.NewTextHandler(testLog{t}, nil)),
+	})
+	nctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- node.Run(nctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("egress node: %v", err)
+		}
+		if err := egress.TeardownConfig(ecfg); err != nil {
+			t.Errorf("egress teardown: %v", err)
+		}
+	})
+
+	// After the node's cleanup, so the daemon's Close destroys its
+	// sandboxes while the node still runs.
+	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{
+		"--driver", "kubernetes",
+		"--kubernetes-kubeconfig", env.Kubeconfig,
+		"--kubernetes-namespace", ns,
+		"--kubernetes-workspace-host-dir", t.TempDir(),
+		"--kubernetes-pull-policy", "Never",
+		"--kubernetes-egress-resolver", env.HostIP,
+		"--kubernetes-network-policies",
+		"--agent-channel", "tcp",
+		"--agent-listen", agentAddr.String(),
+	}})
+	t.Cleanup(d.Close)
+	ctx := t.Context()
+	c := d.C
+
+	create := func(p client.EgressPolicy) string {
+		t.Helper()
+		// Small: the node's two CPUs are shared with other tests' pods.
+		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Egress: &p, Limits: client.Limits{CPUs: 0.1, MemoryMB: 128}})
+		if err != nil {
+			t.Fatalf("create with egress %+v: %v\n%s", p, err, d.Logs())
+		}
+		pod, err := drv.Client().CoreV1().Pods(ns).Get(ctx, kubernetes.PodName(sb.ID), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.RouteInPod(t, pod, in.Prefix, env.HostIP)
+		return sb.ID
+	}
+	run := func(id, script string) (string, int) {
+		t.Helper()
+		res, err := c.Exec(ctx, id, client.ExecRequest{Command: script, TimeoutMs: 20000})
+		if err != nil {
+			t.Fatalf("exec in %s: %v", id, err)
+		}
+		return string(res.Stdout) + string(res.Stderr), res.ExitCode
+	}
+	reaches := func(id string, a netip.Addr) bool {
+		t.Helper()
+		out, code := run(id, "nc -w 3 "+a.String()+" 80 </dev/null")
+		return code == 0 && strings.Contains(out, "hello from "+a.String()+":80")
+	}
+	lookup := func(id, name string) string {
+		t.Helper()
+		out, _ := run(id, "timeout 8 nslookup -type=A "+name+" "+env.HostIP)
+		return out
+	}
+
+	open := create(client.EgressPolicy{Mode: client.EgressOpen})
+	none := create(client.EgressPolicy{Mode: client.EgressNone})
+	byName := create(client.EgressPolicy{Mode: client.EgressAllowlist, Allow: []string{"allowed.test:80"}})
+
+	if !reaches(open, in.Other) {
+		t.Error("open: the test internet is not reachable")
+	}
+	if reaches(none, in.Allowed) {
+		t.Error("none: the test internet is reachable")
+	}
+	if out := lookup(none, "allowed.test"); strings.Contains(out, in.Allowed.String()) {
+		t.Errorf("none: a lookup was answered: %s", out)
+	}
+	if out := lookup(byName, "allowed.test"); !strings.Contains(out, in.Allowed.String()) {
+		t.Errorf("allowlist: allowed.test through the node's resolver: %s", out)
+	}
+	if !reaches(byName, in.Allowed) {
+		t.Error("allowlist: allowed.test's address is not reachable once resolved")
+	}
+	if out := lookup(byName, "other.test"); strings.Contains(out, in.Other.String()) {
+		t.Errorf("allowlist: other.test was answered: %s", out)
+	}
+	if reaches(byName, in.Other) {
+		t.Error("allowlist: an unlisted address is reachable")
+	}
+	st, err := c.Egress(ctx, byName)
+	if err != nil || !st.Enforced || st.Policy.Mode != client.EgressAllowlist {
+		t.Errorf("egress status of the allowlist sandbox: %+v, %v; want its policy, enforced", st, err)
+	}
+
+	if _, err := c.SetEgress(ctx, byName, client.EgressPolicy{Mode: client.EgressOpen}); err != nil {
+		t.Fatalf("set egress: %v", err)
+	}
+	if !reaches(byName, in.Other) {
+		t.Error("after the change to open: the other address is refused")
+	}
+	if _, err := c.SetEgress(ctx, open, client.EgressPolicy{Mode: client.EgressNone}); err != nil {
+		t.Fatalf("set egress: %v", err)
+	}
+	if reaches(open, in.Other) {
+		t.Error("after the change to none: the test internet is reachable")
+	}
+
+	// The sandbox's NetworkPolicy is there for a CNI that enforces it, and
+	// goes with it.
+	nps := drv.Client().NetworkingV1().NetworkPolicies(ns)
+	if _, err := nps.Get(ctx, kubernetes.NetworkPolicyName(none), metav1.GetOptions{}); err != nil {
+		t.Errorf("the NetworkPolicy of a sandbox: %v", err)
+	}
+	if err := c.DeleteSandbox(ctx, none); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nps.Get(ctx, kubernetes.NetworkPolicyName(none), metav1.GetOptions{}); err == nil {
+		t.Error("the NetworkPolicy outlived its sandbox")
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
