@@ -32,8 +32,9 @@ import (
 //
 // The address is the reservation: the host end is named hcXXXXXXXX, the
 // address in hex, so two daemons (or two connects) cannot take one address
-// (the kernel refuses the second name), and a daemon after a restart finds
-// which are taken by listing the host's links. The pair goes with the
+// (the kernel refuses the second name, cheaply: before it makes anything),
+// and a daemon after a restart needs no record of them: it skips the
+// names the kernel refuses. The pair goes with the
 // box's network namespace when the box stops, is killed or the engine
 // restarts, so nothing is left to clean up after a crash; the next start
 // is networked again by the egress controller's Apply. The engine's own
@@ -56,30 +57,6 @@ const boxIface = "eth0"
 func vethName(a netip.Addr) string {
 	b := a.As4()
 	return fmt.Sprintf("%s%02x%02x%02x%02x", vethPrefix, b[0], b[1], b[2], b[3])
-}
-
-// vethAddr is the address in a host end's name, if it is one.
-func vethAddr(name string) (netip.Addr, bool) {
-	hex, ok := strings.CutPrefix(name, vethPrefix)
-	if !ok || len(hex) != 8 {
-		return netip.Addr{}, false
-	}
-	var b [4]byte
-	for i := range b {
-		var v byte
-		for _, c := range hex[2*i : 2*i+2] {
-			switch {
-			case c >= '0' && c <= '9':
-				v = v<<4 | byte(c-'0')
-			case c >= 'a' && c <= 'f':
-				v = v<<4 | byte(c-'a'+10)
-			default:
-				return netip.Addr{}, false
-			}
-		}
-		b[i] = v
-	}
-	return netip.AddrFrom4(b), true
 }
 
 // boxNet is what the driver needs of a network to put boxes on it.
