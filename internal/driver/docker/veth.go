@@ -30,7 +30,7 @@ import (
 // ~100 ms here (bench/README.md); hotcell's boxes use hotcell's own
 // resolver and never needed it.
 //
-// The address is the reservation: the host end is named hcXXXXXXXX, the
+// The address is the reservation: the host end is named hcvXXXXXXXX, the
 // address in hex, so two daemons (or two connects) cannot take one address
 // (the kernel refuses the second name, cheaply: before it makes anything),
 // and a daemon after a restart needs no record of them: it skips the
@@ -48,7 +48,7 @@ import (
 // CAP_NET_ADMIN nor CAP_NET_RAW (Capabilities), as with the engine's veth.
 
 // vethPrefix starts the name of the host end of a box's veth.
-const vethPrefix = "hc"
+const vethPrefix = "hcv"
 
 // boxIface is the name of the box's end.
 const boxIface = "eth0"

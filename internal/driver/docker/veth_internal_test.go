@@ -8,9 +8,9 @@ import (
 func TestVethName(t *testing.T) {
 	t.Parallel()
 	for s, want := range map[string]string{
-		"10.214.3.254":    "hc0ad603fe",
-		"0.0.0.0":         "hc00000000",
-		"255.255.255.255": "hcffffffff",
+		"10.214.3.254":    "hcv0ad603fe",
+		"0.0.0.0":         "hcv00000000",
+		"255.255.255.255": "hcvffffffff",
 	} {
 		// An interface name has at most 15 bytes.
 		if got := vethName(netip.MustParseAddr(s)); got != want || len(got) > 15 {

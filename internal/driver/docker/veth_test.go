@@ -78,7 +78,7 @@ func vethBox(t *testing.T, d *docker.Driver, c *client.Client) string {
 func hostVeth(t *testing.T, a netip.Addr) netlink.Link {
 	t.Helper()
 	b := a.As4()
-	l, err := netlink.LinkByName(fmt.Sprintf("hc%02x%02x%02x%02x", b[0], b[1], b[2], b[3]))
+	l, err := netlink.LinkByName(fmt.Sprintf("hcv%02x%02x%02x%02x", b[0], b[1], b[2], b[3]))
 	if err != nil {
 		return nil
 	}
