@@ -1,14 +1,13 @@
 package k8se2e
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"log/slog"
+	"bytes"
 	"net"
 	"net/netip"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +15,6 @@ import (
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/egress"
-	"github.com/hotcell/hotcell/internal/kubeegress"
 	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/testk8s"
@@ -24,8 +22,8 @@ import (
 
 // TestKubernetesEgressThroughServe: `hotcell serve` on the Kubernetes
 // driver with kubernetes_egress_resolver serves every egress mode, each
-// enforced by the node's egress controller (run in the test process on the
-// node, as hotcell egress-node would) with the test cluster's CNI
+// enforced by hotcell egress-node (a process on the node, this host, as a
+// DaemonSet's pod with hostNetwork would be) with the test cluster's CNI
 // enforcing no NetworkPolicy: from inside real pods, through the public
 // API, open reaches the test internet, none reaches nothing (but its agent
 // channel still works: every exec here goes through it), an allowlist by
@@ -45,31 +43,29 @@ func TestKubernetesEgressThroughServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	ecfg := egress.Config{
-		Network:   "ke-" + hex.EncodeToString(b),
-		Subnet:    netip.MustParsePrefix("10.244.0.0/16"),
-		Upstreams: []string{up},
-		Node:      true,
+	// hotcell egress-node as a DaemonSet would run it, on this node.
+	var nodeLog bytes.Buffer
+	en := exec.Command(testenv.GoBuild(t, "./cmd/hotcell"), "egress-node",
+		"--kubeconfig", env.Kubeconfig, "--namespace", ns, "--node", env.Node,
+		"--resolver", env.HostIP, "--bridge", "hck8s0", "--pod-range", "10.244.0.0/16",
+		"--upstream", up,
 		// The daemon's agent channel: on this node, so a host address
 		// otherwise refused.
-		Allowed: []netip.AddrPort{agentAddr},
+		"--allow", agentAddr.String())
+	en.Stdout, en.Stderr = &nodeLog, &nodeLog
+	if err := en.Start(); err != nil {
+		t.Fatal(err)
 	}
-	node := kubeegress.NewNode(kubeegress.NodeConfig{
-		Client: drv.Client(), Namespace: ns, NodeName: env.Node,
-		Resolver: netip.MustParseAddr(env.HostIP), Bridge: "hck8s0", Egress: ecfg,
-		Log: slog.New(slog.NewTextHandler(testLog{t}, nil)),
-	})
-	nctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- node.Run(nctx) }()
 	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("egress node: %v", err)
+		_ = en.Process.Signal(syscall.SIGTERM)
+		if err := en.Wait(); err != nil {
+			t.Errorf("hotcell egress-node: %v\n%s", err, nodeLog.String())
 		}
-		if err := egress.TeardownConfig(ecfg); err != nil {
+		if t.Failed() {
+			t.Logf("hotcell egress-node's log:\n%s", nodeLog.String())
+		}
+		// What a DaemonSet's removal would leave for an uninstall.
+		if err := egress.TeardownConfig(egress.Config{Network: "k8s-" + env.Node, Subnet: netip.MustParsePrefix("10.244.0.0/16"), Node: true}); err != nil {
 			t.Errorf("egress teardown: %v", err)
 		}
 	})
@@ -179,11 +175,4 @@ func TestKubernetesEgressThroughServe(t *testing.T) {
 	if _, err := nps.Get(ctx, kubernetes.NetworkPolicyName(none), metav1.GetOptions{}); err == nil {
 		t.Error("the NetworkPolicy outlived its sandbox")
 	}
-}
-
-type testLog struct{ t *testing.T }
-
-func (w testLog) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(b)))
-	return len(b), nil
 }
