@@ -58,8 +58,14 @@ import (
 // dropped by HCN's final rule, never let through.
 
 const (
-	table         = "filter"
-	chainForward  = "DOCKER-USER"
+	table        = "filter"
+	chainForward = "DOCKER-USER"
+	// chainFilterForward and chainDockerIsolation are FORWARD and
+	// Docker's first jump in it.
+	chainFilterForward   = "FORWARD"
+	chainDockerIsolation = "DOCKER-ISOLATION-STAGE-1"
+	// prefixNetwork starts the name of a network's chain (firewall.base).
+	prefixNetwork = "HCN-"
 	chainInput    = "INPUT"
 	prefixMain    = "HCE-"
 	prefixDyn     = "HCD-"
@@ -196,7 +202,7 @@ func newFirewall(ipt iptablesAPI, sets ipsetAPI, network string, subnet netip.Pr
 		ipt:          ipt,
 		sets:         sets,
 		private:      blockedPrivate(allowPrivate),
-		base:         "HCN-" + hex.EncodeToString(h[:4]),
+		base:         prefixNetwork + hex.EncodeToString(h[:4]),
 		subnet:       subnet,
 		gateway:      gateway,
 		gatewayPorts: gatewayPorts,
@@ -348,24 +354,52 @@ func (f *firewall) baseJump(c string) []string {
 	return append(src, "-j", f.base)
 }
 
-// hooks are the chains that jump to the network's chain.
-func (f *firewall) hooks() []string { return []string{f.forward, chainInput} }
+// hooks are the chains that jump to the network's chain. On Docker that
+// is DOCKER-USER, which Docker keeps first in FORWARD, and FORWARD itself:
+// whenever a network is made on the host, Docker moves its jump to
+// DOCKER-USER back on top by deleting it and inserting it again (two
+// iptables processes, each waiting on the xtables lock), and in between a
+// box's packets would meet Docker's accept of its bridge's traffic with
+// none of hotcell's rules (TestEgressWithoutDockerUser).
+func (f *firewall) hooks() []string {
+	if f.forward == chainForward {
+		return []string{f.forward, chainFilterForward, chainInput}
+	}
+	return []string{f.forward, chainInput}
+}
 
-// jumpFirst reports whether the jump to the network's chain is the first
-// rule of chain c (node mode keeps it there: see firewall.node), but for
-// Docker's jump to DOCKER-USER, which Docker puts back on top whenever it
-// makes a network (on a node that also runs Docker, moving above it would
-// be a fight every few seconds) and which accepts nothing of its own.
+// keptFirst reports whether the jump from chain c must stay above the
+// rules that accept traffic (see jumpFirst): FORWARD's on Docker, whose
+// accepts of a network's bridge go on top when the engine makes the
+// network (at its restart too); the node's forward chain in node mode,
+// where a CNI's accept of pod traffic may be put above it.
+func (f *firewall) keptFirst(c string) bool {
+	return c == chainFilterForward || f.node && c == f.forward
+}
+
+// jumpFirst reports whether the jump to the network's chain comes before
+// every rule of chain c that may accept traffic. It passes over Docker's
+// jumps to DOCKER-USER and DOCKER-ISOLATION-STAGE-1, which Docker puts back
+// on top whenever it makes a network and which accept nothing of their own
+// (moving above them would be a fight every few seconds), and other hotcell
+// networks' jumps (each daemon keeps its own above the accepts; none needs
+// to be above the others).
 func (f *firewall) jumpFirst(c string) (bool, error) {
 	lines, err := f.ipt.List(table, c)
 	if err != nil {
 		return false, err
 	}
 	for _, l := range lines {
-		if !strings.HasPrefix(l, "-A ") || l == "-A "+c+" -j "+chainForward {
+		if !strings.HasPrefix(l, "-A ") {
 			continue
 		}
-		return strings.HasSuffix(l, " -j "+f.base), nil
+		if strings.HasSuffix(l, " -j "+f.base) {
+			return true, nil
+		}
+		if l == "-A "+c+" -j "+chainForward || l == "-A "+c+" -j "+chainDockerIsolation || strings.Contains(l, " -j "+prefixNetwork) {
+			continue
+		}
+		return false, nil
 	}
 	return false, nil
 }
@@ -407,10 +441,11 @@ func (f *firewall) ensureBase() (changed bool, err error) {
 		if err != nil {
 			return changed, fmt.Errorf("check jump from %s (is Docker running? it makes %s): %w", c, chainForward, err)
 		}
-		if ok && f.node && c == f.forward {
+		if ok && f.keptFirst(c) {
 			// Anything above the jump (a CNI's accept of pod traffic,
-			// added after it) would let sandboxes past: move it up.
-			// INPUT has no such rules (the kubelet's are off).
+			// Docker's accepts of the bridge's traffic at an engine
+			// restart) would let sandboxes past: move it up. INPUT has
+			// no such rules (the kubelet's are off).
 			first, err := f.jumpFirst(c)
 			if err != nil {
 				return changed, fmt.Errorf("list chain %s: %w", c, err)
@@ -1077,7 +1112,7 @@ func (f *firewall) baseOK() bool {
 		if ok, err := f.ipt.Exists(table, c, f.baseJump(c)...); err != nil || !ok {
 			return false
 		}
-		if f.node && c == f.forward {
+		if f.keptFirst(c) {
 			if first, err := f.jumpFirst(c); err != nil || !first {
 				return false
 			}
