@@ -81,6 +81,38 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, opts BuildTempl
 	}
 }
 
+// TemplateFromImageOptions are the optional parts of a template from an image.
+type TemplateFromImageOptions struct {
+	// Defaults are the create defaults of sandboxes made from the template.
+	Defaults *TemplateDefaults
+	// Workspace is an absolute directory of the image whose contents
+	// every sandbox made from the version starts with in /workspace.
+	Workspace string
+}
+
+// TemplateFromImage records the next version of template name as the
+// existing image ref, with no build: the daemon's driver makes it
+// available (a pull on Docker; on Kubernetes the cluster's nodes or its
+// registry). This is how templates are made on Kubernetes, which has no
+// image builder. An image the driver cannot find is an *APIError
+// (invalid_argument naming image). Deleting the template leaves the image.
+func (c *Client) TemplateFromImage(ctx context.Context, name, ref string, opts TemplateFromImageOptions) (Template, error) {
+	q := url.Values{"name": {name}, "image": {ref}}
+	if opts.Workspace != "" {
+		q.Set("workspace", opts.Workspace)
+	}
+	if opts.Defaults != nil {
+		data, err := json.Marshal(opts.Defaults)
+		if err != nil {
+			return Template{}, fmt.Errorf("template from image: encode defaults: %w", err)
+		}
+		q.Set("defaults", string(data))
+	}
+	var out Template
+	err := c.doJSON(ctx, request{op: "template from image", method: http.MethodPost, path: "/v1/templates", query: q}, nil, &out)
+	return out, err
+}
+
 // ListTemplates returns the latest version of each template.
 func (c *Client) ListTemplates(ctx context.Context) ([]Template, error) {
 	var out wire.TemplateList

@@ -47,14 +47,14 @@ new version with its own image, so running sandboxes keep theirs.`,
 func (a *app) templateBuildCmd() *cobra.Command {
 	var (
 		name, dockerfile, runtime string
-		workspace                 string
+		workspace, image          string
 		env                       []string
 		memory                    int64
 		cpus                      float64
 		quiet                     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "build -t NAME [-f Dockerfile] [CONTEXT_DIR]",
+		Use:   "build -t NAME [-f Dockerfile] [CONTEXT_DIR] | build -t NAME --image REF",
 		Short: "Build a new version of a template from a Dockerfile, streaming the build",
 		Long: `Send CONTEXT_DIR (default .) as the build context and build the next version
 of template NAME on the daemon's engine, printing the build output to stderr
@@ -64,16 +64,24 @@ error, and records nothing.
 --env, --runtime, --memory and --cpus are defaults of the sandboxes made from
 the template; a create's own values win. --workspace DIR makes directory DIR
 of the built image the workspace seed: every sandbox made from the template
-starts with its contents in /workspace.`,
+starts with its contents in /workspace.
+--image REF registers the existing image REF as the next version instead,
+with no build (the daemon pulls it on Docker; on Kubernetes, which has no
+image builder, this is how templates are made). Deleting the template
+leaves the image.`,
 		Example: `  hotcell template build -t py-data .
   hotcell template build -t py-data -f docker/Dockerfile.py --env PYTHONUNBUFFERED=1 ./src
   hotcell template build -t course --workspace /opt/course .   # Dockerfile: COPY lessons /opt/course
+  hotcell template build -t py --image python:3.12-slim --env PYTHONUNBUFFERED=1
   hotcell create --template py-data`,
 		Args: requireArgs(0, 1, "at most one context directory"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := "."
 			if len(args) == 1 {
 				dir = args[0]
+			}
+			if image != "" && (len(args) == 1 || dockerfile != "") {
+				return usageError{fmt.Errorf("--image %s: a template from an image has no build: give no context directory and no -f", image)}
 			}
 			rel := dockerfile
 			if filepath.IsAbs(dockerfile) {
@@ -100,6 +108,14 @@ starts with its contents in /workspace.`,
 			var defaults *client.TemplateDefaults
 			if len(envMap) > 0 || runtime != "" || memory != 0 || cpus != 0 {
 				defaults = &client.TemplateDefaults{Env: envMap, Runtime: runtime, Limits: client.Limits{MemoryMB: memory, CPUs: cpus}}
+			}
+			if image != "" {
+				t, err := c.TemplateFromImage(cmd.Context(), name, image, client.TemplateFromImageOptions{Defaults: defaults, Workspace: workspace})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "%s:%d\n", termsafe.String(t.Name), t.Version)
+				return nil
 			}
 			pr, pw := io.Pipe()
 			go func() { pw.CloseWithError(writeTar(pw, dir, a.stderr)) }()
@@ -131,6 +147,7 @@ starts with its contents in /workspace.`,
 	f.Int64Var(&memory, "memory", 0, "default memory limit in `MiB`")
 	f.Float64Var(&cpus, "cpus", 0, "default CPU limit")
 	f.StringVar(&workspace, "workspace", "", "absolute `DIR` of the built image whose contents every sandbox made from it starts with in /workspace")
+	f.StringVar(&image, "image", "", "register the existing image `REF` as the next version, with no build")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print the build output")
 	_ = cmd.MarkFlagRequired("tag")
 	return cmd

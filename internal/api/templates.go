@@ -20,6 +20,7 @@ import (
 // Templates builds and keeps sandbox templates (internal/templates).
 type Templates interface {
 	BuildSeeded(ctx context.Context, name, dockerfile, workspaceFrom string, defaults wire.TemplateDefaults, buildContext io.Reader, progress driver.Progress) (wire.Template, error)
+	FromImage(ctx context.Context, name, image, workspaceFrom string, defaults wire.TemplateDefaults, progress driver.Progress) (wire.Template, error)
 	Get(ctx context.Context, name string) (wire.Template, error)
 	List(ctx context.Context) ([]wire.Template, error)
 	Delete(ctx context.Context, name string, force bool) error
@@ -141,6 +142,8 @@ func validateTemplateDefaults(d wire.TemplateDefaults) error {
 // buildTemplate builds a template from the tar stream in the body and
 // streams the build log as NDJSON: log and keepalive lines, then exactly
 // one template line or a stream.error line (nothing is recorded then).
+// With image=REF and no body it registers the existing image REF as the
+// template's next version instead (templateFromImage).
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	tp, err := s.templatesOrNone()
 	if err != nil {
@@ -167,6 +170,9 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 		if err := validateTemplateDefaults(defaults); err != nil {
 			return err
 		}
+	}
+	if q.Has("image") {
+		return s.templateFromImage(w, r, tp, name, q.Get("image"), workspaceFrom, defaults)
 	}
 	// The engine reads the context before it writes a line, and a
 	// handler that has answered may no longer read its body: spool it.
@@ -201,6 +207,40 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	}
 	_ = st.End(wire.TemplateBuildEvent{Type: wire.TemplateEventTemplate, Template: &t})
 	return nil
+}
+
+// templateFromImage is buildTemplate with image=REF: no build context
+// (and so no dockerfile); the driver makes REF available (a pull on
+// Docker) and the answer is the template, 201.
+func (s *Server) templateFromImage(w http.ResponseWriter, r *http.Request, tp Templates, name, image, workspaceFrom string, defaults wire.TemplateDefaults) error {
+	if image == "" {
+		return errdefs.Invalid("image", "must not be empty: name an image the driver can reach (e.g. python:3.12-slim or registry.example/team/img:tag)")
+	}
+	if len(image) > 512 || strings.ContainsAny(image, " \t\r\n") {
+		return errdefs.Invalid("image", "%q is not an image reference", clipped(image))
+	}
+	if r.URL.Query().Has("dockerfile") {
+		return errdefs.Invalid("dockerfile", "a template from an image (image=...) has no build: give either image or a build context with its dockerfile, not both")
+	}
+	var one [1]byte
+	if n, _ := io.ReadFull(http.MaxBytesReader(nil, r.Body, 1), one[:]); n > 0 {
+		return errdefs.Invalid("image", "a template is built from the body's build context or registered from image, not both: send no body with image=...")
+	}
+	// No stream: the answer is the template (201) or an error status, so
+	// that a missing image is a 400 naming image.
+	t, err := tp.FromImage(r.Context(), name, image, workspaceFrom, defaults, nil)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, t)
+	return nil
+}
+
+func clipped(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }
 
 // saveTemplate makes the next version of a template from a running

@@ -145,6 +145,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	tpls := templates.New(st, tplImages, func(ctx context.Context) ([]wire.Sandbox, error) {
 		return mgr.List(ctx, sandbox.ListFilter{})
 	}, log)
+	tpls.UseImages(drv.EnsureImage) // templates from existing images, on every driver
 	mgr = sandbox.New(drv, st, sandbox.Options{
 		DataDir:         cfg.DataDir,
 		AgentBinary:     agentPath,

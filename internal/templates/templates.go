@@ -69,6 +69,9 @@ type Service struct {
 	sandboxes Sandboxes
 	log       *slog.Logger
 	capture   Capturer
+	// ensure makes an image available to the driver (its EnsureImage),
+	// for templates from an existing image; nil refuses them.
+	ensure func(ctx context.Context, ref string, progress driver.Progress) error
 	ops       *inflight.Group
 	// buildTimeout bounds each build (template_build_timeout); 0: none.
 	buildTimeout time.Duration
@@ -91,6 +94,13 @@ func (s *Service) BoundBuilds(timeout time.Duration) { s.buildTimeout = timeout 
 // before the service is used.
 func (s *Service) UseCapture(c Capturer, ops *inflight.Group) {
 	s.capture, s.ops = c, ops
+}
+
+// UseImages lets templates be registered from existing images
+// (FromImage), ensure (the driver's EnsureImage) checking that each exists.
+// Call it before the service is used.
+func (s *Service) UseImages(ensure func(ctx context.Context, ref string, progress driver.Progress) error) {
+	s.ensure = ensure
 }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
@@ -287,6 +297,41 @@ func (s *Service) BuildSeeded(ctx context.Context, name, dockerfile, workspaceFr
 	return t, nil
 }
 
+// FromImage records the next version of name as the existing image ref,
+// with no build: the driver makes it available (a pull on Docker, a
+// node or the registry on Kubernetes), passing its progress on, and a
+// missing image is errdefs.ErrInvalidArgument naming image. Deleting the
+// template leaves the image. The inputs are validated by the caller.
+func (s *Service) FromImage(ctx context.Context, name, ref, workspaceFrom string, defaults wire.TemplateDefaults, progress driver.Progress) (wire.Template, error) {
+	if s.ensure == nil {
+		return wire.Template{}, fmt.Errorf("templates from images are not enabled on this daemon: %w", errdefs.ErrNotImplemented)
+	}
+	ctx, end, err := s.ops.Begin(ctx)
+	if err != nil {
+		return wire.Template{}, err
+	}
+	defer end()
+	if err := s.ensure(ctx, ref, progress); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return wire.Template{}, errdefs.Invalid("image", "%v", err)
+		}
+		return wire.Template{}, fmt.Errorf("template %q: image %s: %w", name, ref, err)
+	}
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	v, err := s.nextVersion(ctx, name)
+	if err != nil {
+		return wire.Template{}, err
+	}
+	t := wire.Template{Name: name, Version: v, Image: ref, Defaults: defaults, WorkspaceFrom: workspaceFrom,
+		FromImage: true, CreatedAt: time.Now().UTC()}
+	if err := s.st.PutTemplate(context.WithoutCancel(ctx), t); err != nil {
+		return wire.Template{}, err
+	}
+	s.log.Info("template registered from an image", "name", name, "version", t.Version, "image", t.Image)
+	return t, nil
+}
+
 // Get returns the latest version of name.
 func (s *Service) Get(ctx context.Context, name string) (wire.Template, error) {
 	return s.st.GetTemplate(ctx, name)
@@ -330,7 +375,10 @@ func (s *Service) Delete(ctx context.Context, name string, force bool) error {
 		return err
 	}
 	for _, t := range versions {
-		if err := s.drv.RemoveImage(ctx, t.Image); err != nil {
+		if t.FromImage {
+			// Not hotcell's image: other templates, sandboxes or
+			// users of the engine may name it.
+		} else if err := s.drv.RemoveImage(ctx, t.Image); err != nil {
 			s.log.Warn("keep the image of a deleted template version", "image", t.Image, "err", err)
 		}
 		if w := t.Workspace; w != nil && s.capture != nil {

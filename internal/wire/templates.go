@@ -8,7 +8,9 @@ import "time"
 type Template struct {
 	Name    string `json:"name"`
 	Version int    `json:"version"`
-	// Image is the engine's tag of this version: hotcell-tpl/<name>:<version>-<build id>.
+	// Image is the engine's tag of this version: hotcell-tpl/<name>:<version>-<build id>
+	// for a build, the image named at registration for a template from an
+	// image (FromImage).
 	Image     string           `json:"image"`
 	Defaults  TemplateDefaults `json:"defaults"`
 	CreatedAt time.Time        `json:"createdAt"`
@@ -23,6 +25,10 @@ type Template struct {
 	// FromSandbox names the sandbox the version was saved from
 	// (POST /v1/sandboxes/{id}/template); empty for a build.
 	FromSandbox string `json:"fromSandbox,omitempty"`
+	// FromImage says the version was registered from an existing image
+	// (POST /v1/templates?image=REF), not built: deleting the template
+	// leaves the image, which hotcell did not make.
+	FromImage bool `json:"fromImage,omitempty"`
 	// Pool is the template's warm pool, when it has one (in answers only).
 	Pool *PoolStatus `json:"pool,omitempty"`
 }
