@@ -72,7 +72,7 @@ type Service struct {
 	// ensure makes an image available to the driver (its EnsureImage),
 	// for templates from an existing image; nil refuses them.
 	ensure func(ctx context.Context, ref string, progress driver.Progress) error
-	ops       *inflight.Group
+	ops    *inflight.Group
 	// buildTimeout bounds each build (template_build_timeout); 0: none.
 	buildTimeout time.Duration
 	// locks serialise the builds and deletes of one name, so that two
