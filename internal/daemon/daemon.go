@@ -167,6 +167,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		PoolStore:      st,
 		Templates:      tpls,
 		AgentChannel:   agentChannelOpt(agentCh),
+		Elector:        loopsElector(cfg, st, log),
 	})
 	defer mgr.Close() // also when a later step of the start fails
 	// Before Recover, which re-adopts the boxes of the pools it loads.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/leader"
 	"github.com/hotcell/hotcell/internal/store"
 )
 
@@ -81,4 +82,24 @@ func claimStore(ctx context.Context, st *store.Store, cfg config.Config, log *sl
 			log.Warn("giving up this daemon's claim on the store failed; it lapses by itself", "err", err, "after", storeLeaseTTL)
 		}
 	}, nil
+}
+
+// loopsLease is the store lease under which a daemon on PostgreSQL runs
+// its reaper, reconciler, backend and disk watches and pool refill
+// (sandbox.Options.Elector): of several daemons on one store exactly one
+// runs them. It is a lease of the store rather than a Kubernetes Lease
+// because the store is what every daemon of a set shares whatever the
+// driver, and it needs no further right on the cluster.
+const loopsLease = "sandbox-loops"
+
+// loopsElector is the Elector of the manager's loops: a StoreLease on a
+// PostgreSQL store, nil (the loops always run) on a SQLite file, which
+// one daemon has to itself. The holder is storeHolder's, so a daemon
+// restarted after a SIGKILL leads again at once rather than after the
+// lease's TTL.
+func loopsElector(cfg config.Config, st *store.Store, log *slog.Logger) leader.Elector {
+	if !store.IsPostgresURL(cfg.StoreTarget()) {
+		return nil
+	}
+	return &leader.StoreLease{Store: st, Name: loopsLease, Holder: storeHolder(cfg), Log: log}
 }

@@ -7,7 +7,9 @@
 // which works on PostgreSQL as on SQLite. KubeLeases puts the same lease
 // on a coordination.k8s.io/v1 Lease object, for daemons that share a
 // Kubernetes cluster: StoreLease{Store: &KubeLeases{...}} elects through the
-// API server. Nothing in the daemon runs under an Elector yet.
+// API server. The daemon runs the sandbox manager's loops (reaper,
+// reconciler, watches, pool refill) under a StoreLease on a PostgreSQL
+// store (sandbox.Options.Elector).
 package leader
 
 import (

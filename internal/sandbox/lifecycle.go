@@ -59,7 +59,9 @@ type lifecycle struct {
 	// engineDown is set while the engine does not answer; the reconcile
 	// after it comes back treats stopped boxes as casualties of a restart.
 	engineDown bool
-	wg         sync.WaitGroup
+	// wg holds RunBackground's own goroutines; acts the timeouts' actions
+	// the reaper started.
+	wg, acts sync.WaitGroup
 }
 
 func newLifecycle(opts LifecycleOptions) *lifecycle {

@@ -280,7 +280,7 @@ func TestIdleAndLifetime(t *testing.T) {
 	end := m.Begin(busy.ID)
 	later := time.Now().Add(2 * time.Second)
 	m.reap(ctx, later.UTC())
-	m.life.wg.Wait()
+	m.life.acts.Wait()
 	for id, want := range map[string]wire.State{idle.ID: wire.StateStopped, busy.ID: wire.StateRunning} {
 		if got, _ := m.Get(ctx, id); got.State != want {
 			t.Errorf("%s: got %s, want %s", id, got.State, want)
@@ -296,7 +296,7 @@ func TestIdleAndLifetime(t *testing.T) {
 		t.Errorf("persisted activity of the busy sandbox: %v, %v", act, err)
 	}
 	m.reap(ctx, time.Now().Add(3*time.Second).UTC())
-	m.life.wg.Wait()
+	m.life.acts.Wait()
 	if got, _ := m.Get(ctx, busy.ID); got.State != wire.StatePaused {
 		t.Errorf("busy sandbox once idle: got %s, want paused", got.State)
 	}

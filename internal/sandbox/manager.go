@@ -22,6 +22,7 @@ import (
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/inflight"
 	"github.com/hotcell/hotcell/internal/keyedmutex"
+	"github.com/hotcell/hotcell/internal/leader"
 	"github.com/hotcell/hotcell/internal/redact"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -60,6 +61,12 @@ type Options struct {
 	Log    *slog.Logger
 	// Lifecycle configures timeouts, the reaper and the reconciler.
 	Lifecycle LifecycleOptions
+	// Elector, when set, runs the reaper, the reconciler, the backend
+	// watch, the disk watch and the pools' refill only while this daemon
+	// leads (RunBackground), so that of several daemons on one store
+	// exactly one acts on a removed box or a due timeout. Nil: they run
+	// all the time, as for a daemon alone on its store.
+	Elector leader.Elector
 	// Ops owns the work that outlives a request (create, destroy and the
 	// other transitions): the daemon waits for it at shutdown and cancels
 	// it after the grace period. Nil: a group of the manager's own.

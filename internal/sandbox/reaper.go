@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/store"
@@ -13,39 +14,103 @@ import (
 const eventRetention = 24 * time.Hour
 
 // RunBackground runs the reaper (timeouts), the reconciler (orphans,
-// boxes changed behind the daemon's back, engine restarts) and the disk
-// watch (writable layers over their limit) until ctx ends,
-// then waits for the actions in flight. Call it after Recover.
+// boxes changed behind the daemon's back, engine restarts), the disk
+// watch (writable layers over their limit) and the pools' refill until ctx
+// ends, then waits for the actions in flight. Call it after Recover.
+//
+// With Options.Elector they run only while this daemon leads; every
+// daemon still writes the activity its own calls saw to the store, where
+// the leader's reaper reads it (lastActivity), so a sandbox used through
+// one daemon is not reaped as idle by another.
 func (m *Manager) RunBackground(ctx context.Context) error {
+	el := m.opts.Elector
+	if el == nil {
+		m.runLoops(ctx)
+		return nil
+	}
 	l := m.life
-	kick := make(chan struct{}, 1)
-	l.wg.Add(4)
+	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
+		m.activityLoop(ctx)
+	}()
+	el.Run(ctx, func(lctx context.Context) { m.runLoops(lctx) })
+	l.wg.Wait()
+	return nil
+}
+
+// runLoops runs the loops only one daemon of a store may run until ctx
+// ends, and waits for them and the actions they started.
+func (m *Manager) runLoops(ctx context.Context) {
+	l := m.life
+	kick := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
 		m.reapLoop(ctx)
 	}()
 	go func() {
-		defer l.wg.Done()
+		defer wg.Done()
 		m.reconcileLoop(ctx, kick)
 	}()
 	go func() {
-		defer l.wg.Done()
+		defer wg.Done()
 		m.watchBackend(ctx, kick)
 	}()
 	go func() {
-		defer l.wg.Done()
+		defer wg.Done()
 		m.diskLoop(ctx)
 	}()
 	if m.pools != nil {
-		l.wg.Add(1)
+		wg.Add(1)
 		go func() {
-			defer l.wg.Done()
+			defer wg.Done()
 			m.poolLoop(ctx)
 		}()
 	}
 	<-ctx.Done()
-	l.wg.Wait()
-	return nil
+	wg.Wait()
+	// The timeouts' actions the reaper started (fire) end with ctx too.
+	l.acts.Wait()
+}
+
+// activityLoop, on a daemon that may not lead, writes the activity of its
+// calls (and of the sandboxes it keeps busy) to the store every reap
+// interval, and once more at the end.
+func (m *Manager) activityLoop(ctx context.Context) {
+	tick := time.NewTicker(m.life.opts.ReapInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.flushActivity(context.Background(), nil)
+			return
+		case now := <-tick.C:
+			m.persistActivity(ctx, now.UTC())
+		}
+	}
+}
+
+// persistActivity counts the sandboxes this daemon keeps busy as active at
+// now and writes what moved to the store; it returns the records it
+// listed.
+func (m *Manager) persistActivity(ctx context.Context, now time.Time) ([]wire.Sandbox, bool) {
+	recs, err := m.store.List(ctx, store.Filter{})
+	if err != nil {
+		m.log.Warn("reaper: list sandboxes", "err", err)
+		return nil, false
+	}
+	known := make(map[string]bool, len(recs))
+	for _, sb := range recs {
+		known[sb.ID] = true
+		if m.life.activity.busy(sb.ID) {
+			// Busy counts as activity all along, also for a later daemon.
+			m.life.activity.touch(sb.ID, now)
+		}
+	}
+	m.flushActivity(ctx, known)
+	return recs, true
 }
 
 func (m *Manager) reapLoop(ctx context.Context) {
@@ -97,20 +162,10 @@ func (m *Manager) flushActivity(ctx context.Context, known map[string]bool) {
 
 // reap fires the timeouts that are due.
 func (m *Manager) reap(ctx context.Context, now time.Time) {
-	recs, err := m.store.List(ctx, store.Filter{})
-	if err != nil {
-		m.log.Warn("reaper: list sandboxes", "err", err)
+	recs, ok := m.persistActivity(ctx, now)
+	if !ok {
 		return
 	}
-	known := make(map[string]bool, len(recs))
-	for _, sb := range recs {
-		known[sb.ID] = true
-		if m.life.activity.busy(sb.ID) {
-			// Busy counts as activity all along, also for a later daemon.
-			m.life.activity.touch(sb.ID, now)
-		}
-	}
-	m.flushActivity(ctx, known)
 	for _, sb := range recs {
 		kind, action, ok := m.due(sb, now)
 		if !ok {
@@ -124,9 +179,9 @@ func (m *Manager) reap(ctx context.Context, now time.Time) {
 		}
 		l.acting[sb.ID] = true
 		l.mu.Unlock()
-		l.wg.Add(1)
+		l.acts.Add(1)
 		go func() {
-			defer l.wg.Done()
+			defer l.acts.Done()
 			defer func() {
 				l.mu.Lock()
 				delete(l.acting, sb.ID)
