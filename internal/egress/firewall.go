@@ -451,6 +451,15 @@ func (f *firewall) ensureBase() (changed bool, err error) {
 				return changed, fmt.Errorf("list chain %s: %w", c, err)
 			}
 			if !first {
+				// One transaction where it can: between a delete and an
+				// insert the boxes' traffic would meet no jump at all.
+				if r, can := f.ipt.(restorer); can {
+					rules := "*" + table + "\n" + restoreLine("-D", c, f.baseJump(c)) + restoreLine("-I", c+" 1", f.baseJump(c)) + "COMMIT\n"
+					if err := r.Restore(rules); err == nil {
+						changed = true
+						continue
+					}
+				}
 				if err := f.ipt.DeleteIfExists(table, c, f.baseJump(c)...); err != nil {
 					return changed, fmt.Errorf("move jump from %s to %s: %w", c, f.base, err)
 				}

@@ -576,8 +576,8 @@ func firstRule(t *testing.T, chain string) string {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(out), "\n") {
-		// Docker keeps its jump to DOCKER-USER on top (egress's jumpFirst).
-		if strings.HasPrefix(l, "-A ") && l != "-A "+chain+" -j DOCKER-USER" {
+		// Docker keeps its jumps on top (egress's jumpFirst).
+		if strings.HasPrefix(l, "-A ") && l != "-A "+chain+" -j DOCKER-USER" && l != "-A "+chain+" -j DOCKER-ISOLATION-STAGE-1" {
 			return l
 		}
 	}
