@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/egress"
@@ -101,11 +102,36 @@ func (h *Hook) Forget(ctx context.Context, id string) error {
 // that are gone.
 func (h *Hook) Prune(ctx context.Context, keep []string) error { return nil }
 
-// Status reports the policy and whether the node applied it; the counters
-// and the denial log are the node's (hotcell egress-node's log).
+// StatusReader is the driver's reading of what the node reported.
+type StatusReader interface {
+	EgressStatus(ctx context.Context, id string) (*wire.EgressStatus, error)
+}
+
+// Status reports the policy, whether the node applied it, and the node's
+// last report of the counters, learned addresses and denials (published
+// every kubeegress.StatusInterval when they change).
 func (h *Hook) Status(id string, p wire.EgressPolicy) wire.EgressStatus {
 	h.mu.Lock()
 	on := h.enforced[id]
 	h.mu.Unlock()
-	return wire.EgressStatus{Policy: p, Enforced: on, Resolved: []wire.EgressResolved{}, Denied: []wire.EgressDenial{}}
+	out := wire.EgressStatus{Policy: p, Enforced: on, Resolved: []wire.EgressResolved{}, Denied: []wire.EgressDenial{}}
+	r, ok := h.Driver.(StatusReader)
+	if !on || !ok {
+		return out
+	}
+	// The API's caller has no context here; one read of the pod.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := r.EgressStatus(ctx, id)
+	if err != nil || st == nil {
+		return out
+	}
+	st.Policy, st.Enforced = p, on
+	if st.Resolved == nil {
+		st.Resolved = []wire.EgressResolved{}
+	}
+	if st.Denied == nil {
+		st.Denied = []wire.EgressDenial{}
+	}
+	return *st
 }

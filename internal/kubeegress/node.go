@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sync"
 	"time"
@@ -134,6 +135,8 @@ func (n *Node) Run(ctx context.Context) error {
 	pruned := false
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	report := time.NewTicker(StatusInterval)
+	defer report.Stop()
 	for {
 		failed := n.sync(ctx, store, !pruned)
 		pruned = true
@@ -145,9 +148,55 @@ func (n *Node) Run(ctx context.Context) error {
 			return nil
 		case <-n.kick:
 		case <-retry.C:
+		case <-report.C:
+			n.report(ctx, store)
 		}
 	}
 }
+
+// StatusInterval is how often the node publishes each pod's counters and
+// denials (kubernetes.AnnoEgressStatus), when they changed.
+var StatusInterval = 5 * time.Second
+
+// report publishes the counters, learned addresses and recent denials of
+// each pod whose rules are in force on the pod, where the daemon reads
+// them for GET /v1/sandboxes/{id}/egress.
+func (n *Node) report(ctx context.Context, store cache.Store) {
+	n.mu.Lock()
+	known := maps.Clone(n.known)
+	n.mu.Unlock()
+	for _, o := range store.List() {
+		p, ok := o.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		id := p.Labels[driver.LabelID]
+		a, ok := known[id]
+		if !ok || a.uid != p.UID {
+			continue
+		}
+		var pol wire.EgressPolicy
+		if json.Unmarshal([]byte(a.policy), &pol) != nil {
+			continue
+		}
+		st := n.ctl.Status(id, pol)
+		st.Policy = wire.EgressPolicy{} // the daemon has it
+		if len(st.Denied) > maxReported {
+			st.Denied = st.Denied[len(st.Denied)-maxReported:]
+		}
+		b, err := json.Marshal(st)
+		if err != nil || string(b) == p.Annotations[kubernetes.AnnoEgressStatus] {
+			continue
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kubernetes.AnnoEgressStatus: string(b)}}})
+		if _, err := n.cfg.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
+			n.log.Warn("publish egress status", "sandbox", id, "err", err)
+		}
+	}
+}
+
+// maxReported bounds the denials published on a pod.
+const maxReported = 20
 
 func (n *Node) poke() {
 	select {

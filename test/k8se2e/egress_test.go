@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -148,6 +149,28 @@ func TestKubernetesEgressThroughServe(t *testing.T) {
 	st, err := c.Egress(ctx, byName)
 	if err != nil || !st.Enforced || st.Policy.Mode != client.EgressAllowlist {
 		t.Errorf("egress status of the allowlist sandbox: %+v, %v; want its policy, enforced", st, err)
+	}
+	// The node's counters and denials reach the API (the node publishes
+	// them every few seconds).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err = c.Egress(ctx, byName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var refusedName, refusedAddr bool
+		for _, d := range st.Denied {
+			refusedName = refusedName || d.Kind == "dns" && d.Name == "other.test"
+			refusedAddr = refusedAddr || d.Kind == "connect" && d.Address == in.Other.String() && d.Reason == "not-allowed"
+		}
+		if refusedName && refusedAddr && st.RefusedQueries > 0 && st.DroppedPackets > 0 && len(st.Resolved) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("a minute after the refusals, the sandbox's egress status lacks them: %+v", st)
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 
 	if _, err := c.SetEgress(ctx, byName, client.EgressPolicy{Mode: client.EgressOpen}); err != nil {

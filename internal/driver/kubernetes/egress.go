@@ -37,6 +37,10 @@ const (
 	// AnnoEgressApplied is EgressToken of the policy the node's egress
 	// controller put in force for the pod; only the controller writes it.
 	AnnoEgressApplied = "hotcell.egress.applied"
+	// AnnoEgressStatus is the node controller's report of the pod's
+	// counters, learned addresses and recent denials (JSON of
+	// wire.EgressStatus without the policy); only the controller writes it.
+	AnnoEgressStatus = "hotcell.egress.status"
 )
 
 // EgressConfig is what the driver does with a spec's egress policy.
@@ -289,4 +293,27 @@ func (d *Driver) waitEgressApplied(ctx context.Context, id string, uid types.UID
 		return fmt.Errorf("the egress controller of node %q did not apply the policy of sandbox %s within %s (is hotcell egress-node running there? see docs/kubernetes.md): %w", node, id, timeout, errdefs.ErrUnavailable)
 	}
 	return err
+}
+
+// EgressStatus returns what the node's egress controller last reported for
+// sandbox id's pod (AnnoEgressStatus), with the pod's address; nil when
+// the box has no pod or no report yet.
+func (d *Driver) EgressStatus(ctx context.Context, id string) (*wire.EgressStatus, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	p, err := d.getPod(ctx, id)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	val, ok := p.Annotations[AnnoEgressStatus]
+	if !ok || p.Annotations[AnnoEgressApplied] != EgressToken(p.Annotations[AnnoEgress], p.UID) {
+		return nil, nil
+	}
+	var st wire.EgressStatus
+	if err := json.Unmarshal([]byte(val), &st); err != nil {
+		return nil, fmt.Errorf("egress status of pod %s: %w", p.Name, err)
+	}
+	st.Address = p.Status.PodIP
+	return &st, nil
 }
