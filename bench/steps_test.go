@@ -12,7 +12,7 @@ import (
 // stepOrder is the order the daemon takes each operation's steps in
 // (internal/sandbox/manager.go); the exposition sorts them by name.
 var stepOrder = map[string][]string{
-	"create": {"resolve", "record", "listen", "gateway", "disk", "volume", "container_create", "container_start", "egress", "agent", "setup", "record_running", "event"},
+	"create": {"resolve", "record", "listen", "gateway", "disk", "volume", "container_create", "container_start", "pod_create", "pod_start", "egress", "agent", "setup", "record_running", "event"},
 	"claim":  {"limits", "lookup", "record", "gateway", "egress_env", "egress_parallel", "env_parallel", "workspace", "record_running", "event"},
 	// A destroy answers after its first steps; those named background_
 	// follow the answer. Without a quick kill (or for a sandbox without a
