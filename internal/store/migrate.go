@@ -116,6 +116,19 @@ var migrations = []string{
 		holder     TEXT NOT NULL,
 		expires_at INTEGER NOT NULL
 	) WITHOUT ROWID;`,
+	// 10: the daemons serving one store and which of them holds each
+	// sandbox's agent session (see daemons.go). Times are Unix
+	// nanoseconds.
+	`CREATE TABLE IF NOT EXISTS daemons (
+		id           TEXT PRIMARY KEY,
+		url          TEXT NOT NULL,
+		heartbeat_at INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE TABLE IF NOT EXISTS agent_sessions (
+		sandbox_id TEXT PRIMARY KEY,
+		daemon_id  TEXT NOT NULL,
+		since      INTEGER NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // postgresMigrations replace the migrations whose SQLite text postgresDDL
