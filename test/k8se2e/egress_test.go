@@ -29,7 +29,8 @@ import (
 // API, open reaches the test internet, none reaches nothing (but its agent
 // channel still works: every exec here goes through it), an allowlist by
 // name reaches its name once resolved through the node's resolver and
-// nothing else, and a change of policy is in force when the call returns.
+// nothing else, and a change of policy is in force when the call returns;
+// so is the policy of a create that claims a pod of a warm pool.
 func TestKubernetesEgressThroughServe(t *testing.T) {
 	testenv.RequireRoot(t, "the node's egress controller changes iptables and ipsets")
 	env := testk8s.Cluster(t)
@@ -184,6 +185,66 @@ func TestKubernetesEgressThroughServe(t *testing.T) {
 	}
 	if reaches(open, in.Other) {
 		t.Error("after the change to none: the test internet is reachable")
+	}
+
+	// Claims from a warm pool: the pooled pods wait under the template's
+	// policy (none), and each claim's policy is in force on the node when
+	// its create returns, on a pod that existed before it.
+	const tplName = "egress-pool"
+	if _, err := c.TemplateFromImage(ctx, tplName, testenv.BusyboxImage(t), client.TemplateFromImageOptions{Defaults: &client.TemplateDefaults{
+		Limits: client.Limits{CPUs: 0.1, MemoryMB: 128}, Egress: &client.EgressPolicy{Mode: client.EgressNone},
+	}}); err != nil {
+		t.Fatalf("template from image: %v", err)
+	}
+	if _, err := c.SetTemplatePool(ctx, tplName, client.PoolConfig{Min: 2}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(3 * time.Minute)
+	for {
+		ps, err := c.GetTemplatePool(ctx, tplName)
+		if err == nil && ps.Ready == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool: %+v, %v; want 2 ready\n%s", ps, err, d.Logs())
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	claim := func(p *client.EgressPolicy) string {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: tplName, Egress: p})
+		if err != nil {
+			t.Fatalf("claim with egress %+v: %v\n%s", p, err, d.Logs())
+		}
+		pod, err := drv.Client().CoreV1().Pods(ns).Get(ctx, kubernetes.PodName(sb.ID), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !pod.CreationTimestamp.Time.Before(sb.CreatedAt) {
+			t.Errorf("claimed sandbox %s: its pod was made at %s, not before the claim (%s)", sb.ID, pod.CreationTimestamp, sb.CreatedAt)
+		}
+		env.RouteInPod(t, pod, in.Prefix, env.HostIP)
+		return sb.ID
+	}
+	allowClaim := claim(&client.EgressPolicy{Mode: client.EgressAllowlist, Allow: []string{"allowed.test:80"}})
+	noneClaim := claim(nil)
+	if out := lookup(allowClaim, "allowed.test"); !strings.Contains(out, in.Allowed.String()) {
+		t.Errorf("claimed allowlist: allowed.test through the node's resolver: %s", out)
+	}
+	if !reaches(allowClaim, in.Allowed) {
+		t.Error("claimed allowlist: allowed.test's address is not reachable once resolved")
+	}
+	if reaches(allowClaim, in.Other) {
+		t.Error("claimed allowlist: an unlisted address is reachable")
+	}
+	if reaches(noneClaim, in.Allowed) {
+		t.Error("claimed with the template's none: the test internet is reachable")
+	}
+	if ps, err := c.GetTemplatePool(ctx, tplName); err != nil || ps.Claims != 2 || ps.Misses != 0 {
+		t.Errorf("pool after the claims: %+v, %v; want 2 claims, no miss", ps, err)
+	}
+	if err := c.DeleteTemplatePool(ctx, tplName); err != nil {
+		t.Error(err)
 	}
 
 	// The sandbox's NetworkPolicy is there for a CNI that enforces it, and
