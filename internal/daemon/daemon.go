@@ -142,6 +142,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		imgs := imagesAfterDestroys{be.docker, &mgr}
 		tplImages, snapshots = imgs, imgs
 	}
+	reg := newRegistry(cfg, st, log)
 	tpls := templates.New(st, tplImages, func(ctx context.Context) ([]wire.Sandbox, error) {
 		return mgr.List(ctx, sandbox.ListFilter{})
 	}, log)
@@ -168,6 +169,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Templates:      tpls,
 		AgentChannel:   agentChannelOpt(agentCh),
 		Elector:        loopsElector(cfg, st, log),
+		Sessions:       sessionsOpt(reg),
 	})
 	defer mgr.Close() // also when a later step of the start fails
 	// Before Recover, which re-adopts the boxes of the pools it loads.
@@ -235,6 +237,12 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	if reg != nil {
+		if err := reg.register(ctx, "http://"+ln.Addr().String()); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	hs := &http.Server{
 		Handler:           ops.Handler(srv.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -273,6 +281,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return nil
 	})
 	g.Go(func() error { return mgr.RunBackground(loops) })
+	if reg != nil {
+		g.Go(func() error { return reg.run(services) })
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		sd := shutdown{

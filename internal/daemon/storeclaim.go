@@ -9,6 +9,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/leader"
+	"github.com/hotcell/hotcell/internal/sandbox"
 	"github.com/hotcell/hotcell/internal/store"
 )
 
@@ -102,4 +103,80 @@ func loopsElector(cfg config.Config, st *store.Store, log *slog.Logger) leader.E
 		return nil
 	}
 	return &leader.StoreLease{Store: st, Name: loopsLease, Holder: storeHolder(cfg), Log: log}
+}
+
+// registryHeartbeat is how often a daemon on PostgreSQL renews its row in
+// the daemon registry (store.Heartbeat).
+const registryHeartbeat = 5 * time.Second
+
+// registry is this daemon's entry in the daemon registry of a PostgreSQL
+// store: its id (storeHolder's: the same across restarts), the URL of its
+// API, and the sandboxes whose agent session it holds
+// (sandbox.SessionRegistry).
+type registry struct {
+	st  *store.Store
+	id  string
+	url string
+	log *slog.Logger
+}
+
+// newRegistry is this daemon's entry in a PostgreSQL store's registry;
+// nil on a SQLite file, which one daemon has to itself. register puts it
+// in once the API listens.
+func newRegistry(cfg config.Config, st *store.Store, log *slog.Logger) *registry {
+	if !store.IsPostgresURL(cfg.StoreTarget()) {
+		return nil
+	}
+	return &registry{st: st, id: storeHolder(cfg), log: log}
+}
+
+// register records the daemon, its API reachable at url.
+func (r *registry) register(ctx context.Context, url string) error {
+	r.url = url
+	if err := r.st.Heartbeat(ctx, r.id, url, time.Now()); err != nil {
+		return fmt.Errorf("register in the daemon registry: %w", err)
+	}
+	return nil
+}
+
+// Hold implements sandbox.SessionRegistry.
+func (r *registry) Hold(ctx context.Context, id string) error {
+	return r.st.HoldSession(ctx, id, r.id, time.Now())
+}
+
+// Drop implements sandbox.SessionRegistry.
+func (r *registry) Drop(ctx context.Context, id string) {
+	if err := r.st.DropSession(ctx, id, r.id); err != nil {
+		r.log.Warn("daemon registry: drop the agent session", "sandbox", id, "err", err)
+	}
+}
+
+// run renews the heartbeat until ctx ends, then unregisters the daemon
+// (and its sessions): the others need not wait for its heartbeat to age.
+func (r *registry) run(ctx context.Context) error {
+	t := time.NewTicker(registryHeartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := r.st.Unregister(uctx, r.id); err != nil {
+				r.log.Warn("daemon registry: unregister", "err", err)
+			}
+			return nil
+		case <-t.C:
+			if err := r.st.Heartbeat(ctx, r.id, r.url, time.Now()); err != nil && ctx.Err() == nil {
+				r.log.Warn("daemon registry: heartbeat", "err", err)
+			}
+		}
+	}
+}
+
+// sessionsOpt keeps a nil *registry from becoming a non-nil interface.
+func sessionsOpt(r *registry) sandbox.SessionRegistry {
+	if r == nil {
+		return nil
+	}
+	return r
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -27,6 +28,15 @@ import (
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/wire"
 )
+
+// SessionRegistry records which daemon holds each sandbox's agent session.
+type SessionRegistry interface {
+	// Hold records that this daemon holds sandbox id's session; an error
+	// refuses the session (the agent dials again).
+	Hold(ctx context.Context, id string) error
+	// Drop records that it no longer does.
+	Drop(ctx context.Context, id string)
+}
 
 // Store is what the manager needs from persistence.
 type Store interface {
@@ -67,6 +77,10 @@ type Options struct {
 	// exactly one acts on a removed box or a due timeout. Nil: they run
 	// all the time, as for a daemon alone on its store.
 	Elector leader.Elector
+	// Sessions, when set, is told when this daemon's agent session of a
+	// sandbox comes up and when the daemon closes it (the daemon registry
+	// of a store several daemons share).
+	Sessions SessionRegistry
 	// Ops owns the work that outlives a request (create, destroy and the
 	// other transitions): the daemon waits for it at shutdown and cancels
 	// it after the grace period. Nil: a group of the manager's own.
@@ -195,7 +209,7 @@ func (m *Manager) listen(id string) (*agentconn.Conn, error) {
 			return nil, fmt.Errorf("route the agent channel: %w", err)
 		}
 	}
-	c.OnConnect(m.sendEnv(id))
+	c.OnConnect(m.onConnect(id))
 	m.conns[id] = c
 	return c, nil
 }
@@ -224,6 +238,23 @@ func (m *Manager) agentDial(id string) *driver.AgentDial {
 	return m.opts.AgentChannel.Dial(id)
 }
 
+// onConnect is what every new agent session of sandbox id runs before it
+// serves: the sandbox's env goes to the agent, and the registry learns
+// that this daemon holds the session.
+func (m *Manager) onConnect(id string) agentconn.ConnectHook {
+	env := m.sendEnv(id)
+	reg := m.opts.Sessions
+	return func(ctx context.Context, rt http.RoundTripper) error {
+		if err := env(ctx, rt); err != nil {
+			return err
+		}
+		if reg != nil {
+			return reg.Hold(ctx, id)
+		}
+		return nil
+	}
+}
+
 func (m *Manager) closeConn(id string) {
 	m.mu.Lock()
 	c, ok := m.conns[id]
@@ -231,6 +262,11 @@ func (m *Manager) closeConn(id string) {
 	m.mu.Unlock()
 	if ok {
 		c.Close()
+		if reg := m.opts.Sessions; reg != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			reg.Drop(ctx, id)
+			cancel()
+		}
 	}
 }
 

@@ -42,6 +42,20 @@ func TestDaemonOnPostgres(t *testing.T) {
 		t.Errorf("PostgreSQL holds state %q for %s, want running", state, sb.ID)
 	}
 
+	// The daemon is in the store's registry at its API's URL, holds the
+	// sandbox's agent session there, and leads the loops (reaper,
+	// reconciler) under the store lease sandbox-loops.
+	self := pgString(t, pg, `SELECT id FROM daemons WHERE url = $1`, "http://"+d.Addr)
+	if !strings.HasSuffix(self, ":"+d.DataDir) {
+		t.Errorf("daemon registry: id %q at http://%s, want one naming its data dir", self, d.Addr)
+	}
+	if h := pgString(t, pg, `SELECT daemon_id FROM agent_sessions WHERE sandbox_id = $1`, sb.ID); h == "" || h != self {
+		t.Errorf("agent session of %s held by %q, want the daemon %q", sb.ID, h, self)
+	}
+	if h := pgString(t, pg, `SELECT holder FROM leases WHERE name = $1`, "sandbox-loops"); h == "" || h != self {
+		t.Errorf("the loops' lease: holder %q, want the daemon %q", h, self)
+	}
+
 	// A second daemon on the same store refuses to start, saying why,
 	// until several daemons can share one (issue 17).
 	exitErr, log := testdaemon.StartFailing(t, testdaemon.Options{Store: pg})
@@ -94,6 +108,12 @@ func TestDaemonOnPostgres(t *testing.T) {
 	d.Stop(syscall.SIGTERM)
 	if h := pgString(t, pg, `SELECT holder FROM leases WHERE name = $1`, "daemon"); h != "" {
 		t.Errorf("after SIGTERM the store is still claimed by %q", h)
+	}
+	if h := pgString(t, pg, `SELECT holder FROM leases WHERE name = $1`, "sandbox-loops"); h != "" {
+		t.Errorf("after SIGTERM the loops' lease is still held by %q", h)
+	}
+	if id := pgString(t, pg, `SELECT id FROM daemons WHERE id = $1`, self); id != "" {
+		t.Errorf("after SIGTERM the daemon %q is still in the registry", id)
 	}
 	d.Restart() // for the cleanups, which go through the API
 }
