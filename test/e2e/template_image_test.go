@@ -81,6 +81,19 @@ func TestTemplateFromImage(t *testing.T) {
 		t.Errorf("after the refusals: got %+v, %v, want version 2 still the latest", got, err)
 	}
 
+	// The CLI: template build --image registers the next version; with a
+	// context directory or -f it is a usage error.
+	c := newCLI(t, d)
+	if r := c.want(0, "template", "build", "-t", name, "--image", ref, "--env", "CLI_ENV=yes"); r.stdout != name+":3\n" {
+		t.Errorf("template build --image: got %v, want %s:3", r, name)
+	}
+	if got, err := d.C.GetTemplate(ctx, name); err != nil || got.Version != 3 || got.Image != ref || got.Defaults.Env["CLI_ENV"] != "yes" {
+		t.Errorf("after the CLI's registration: got %+v, %v", got, err)
+	}
+	if r := c.run("template", "build", "-t", name, "--image", ref, t.TempDir()); r.code == 0 || !strings.Contains(r.stderr, "--image") {
+		t.Errorf("--image with a context directory: got %v, want a usage error naming --image", r)
+	}
+
 	if err := d.C.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,7 @@ func (d *kubeDaemon) waitPool(t *testing.T, name string, ready int) client.PoolS
 // a set of ready pods: it fills to min, a create from the template claims
 // one of them (a hit: the pod existed before the create) with the
 // claimer's env, concurrent claims get distinct pods, the pool refills, a
+// create with other limits is a miss, a
 // daemon restart re-adopts the pool's pods instead of making new ones,
 // deleting the template is refused while it has a pool or sandboxes, and
 // the pool drains to no pod.
@@ -143,6 +144,26 @@ func TestKubernetesTemplatePool(t *testing.T) {
 	}
 	if len(fresh) != 2 {
 		t.Errorf("new pods after the refill: %v, want 2", fresh)
+	}
+
+	// The driver does not change a running pod's resources: a create
+	// with other limits is a miss and makes its own pod.
+	before := d.podsByID(t)
+	other, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Template: name, Limits: client.Limits{CPUs: 0.2, MemoryMB: 128}})
+	if err != nil {
+		t.Fatalf("create with other limits: %v", err)
+	}
+	if _, ok := before[other.ID]; ok {
+		t.Errorf("a create with other limits took pooled pod %s", other.ID)
+	}
+	if st, err := d.C.GetTemplatePool(ctx, name); err != nil || st.Claims != 2 || st.Misses != 1 {
+		t.Errorf("pool after a create with other limits: %+v, %v; want 2 claims, 1 miss", st, err)
+	}
+	if got := execOK(t, d.C, other.ID, "echo $TPL"); got != "from-template\n" {
+		t.Errorf("the missed create's env: %q", got)
+	}
+	if err := d.C.DeleteSandbox(ctx, other.ID); err != nil {
+		t.Fatal(err)
 	}
 
 	// The template cannot go while it has a pool or sandboxes.
