@@ -3,6 +3,7 @@ package templates
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -151,5 +152,53 @@ func TestValidateWorkspaceFrom(t *testing.T) {
 		if err := ValidateWorkspaceFrom(p); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "workspace") {
 			t.Errorf("%q: got %v, want invalid naming workspace", p, err)
 		}
+	}
+}
+
+// TestFromImage: a template from an existing image takes the next version
+// beside builds, a missing image is invalid naming image and records
+// nothing, and a delete removes the built images but not the one it was
+// given.
+func TestFromImage(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fb := &fakeBuilder{images: map[string]bool{"registry.test/team/py:1": true}}
+	svc := New(st, fb, func(context.Context) ([]wire.Sandbox, error) { return nil, nil }, slog.New(slog.DiscardHandler))
+	if _, err := svc.FromImage(ctx, "py", "registry.test/team/py:1", "", wire.TemplateDefaults{}, nil); !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Fatalf("without UseImages: got %v, want not implemented", err)
+	}
+	svc.UseImages(func(ctx context.Context, ref string, _ driver.Progress) error {
+		if !fb.images[ref] {
+			return fmt.Errorf("image %s: %w", ref, errdefs.ErrNotFound)
+		}
+		return nil
+	})
+	if _, err := svc.FromImage(ctx, "py", "registry.test/team/missing:1", "", wire.TemplateDefaults{}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "image: ") {
+		t.Fatalf("missing image: got %v, want invalid naming image", err)
+	}
+	if _, err := svc.Get(ctx, "py"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("after a missing image: got %v, want nothing recorded", err)
+	}
+	built, err := svc.Build(ctx, "py", "", wire.TemplateDefaults{}, nil, func(string) {})
+	if err != nil || built.Version != 1 || built.FromImage {
+		t.Fatalf("build: %+v, %v", built, err)
+	}
+	tp, err := svc.FromImage(ctx, "py", "registry.test/team/py:1", "", wire.TemplateDefaults{Env: map[string]string{"A": "1"}}, nil)
+	if err != nil || tp.Version != 2 || tp.Image != "registry.test/team/py:1" || !tp.FromImage || tp.Defaults.Env["A"] != "1" {
+		t.Fatalf("from image: %+v, %v, want version 2 of the image as named", tp, err)
+	}
+	if got, err := svc.Get(ctx, "py"); err != nil || got.Version != 2 || !got.FromImage {
+		t.Fatalf("get: %+v, %v", got, err)
+	}
+	if err := svc.Delete(ctx, "py", false); err != nil {
+		t.Fatal(err)
+	}
+	if fb.images[built.Image] || !fb.images["registry.test/team/py:1"] {
+		t.Errorf("images after the delete: %v, want the built one removed and the given one kept", fb.images)
 	}
 }
