@@ -58,6 +58,11 @@ func startKubeDaemon(t *testing.T) *kubeDaemon {
 		"--kubernetes-pull-policy", "Never",
 		"--agent-channel", "tcp",
 		"--agent-listen", net.JoinHostPort(env.HostIP, strconv.Itoa(port)),
+		// A pod's requests equal its limits, and the test node's 2 CPUs
+		// are shared by every package's pods at once: with the default
+		// of 1 CPU a box, a third pod (one still terminating is counted)
+		// would wait as "Insufficient cpu".
+		"--default-limits", "cpus=0.25",
 	}})
 	t.Cleanup(d.Close)
 	return &kubeDaemon{Daemon: d, k8s: env, namespace: ns}
