@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -347,5 +349,92 @@ func TestCreatePopulate(t *testing.T) {
 	}
 	if n := drv.Len(); n != 1 {
 		t.Errorf("boxes after a failed populate: got %d, want 1", n)
+	}
+}
+
+// staleListDriver is the fake driver whose Start fails, as a pod that
+// cannot be scheduled does, once the reconciler has listed the box, and
+// whose first such listing is returned only after the failed create is
+// torn down: the order in which a reconciler once found a refill's failing
+// pod "with no record".
+type staleListDriver struct {
+	*fakedriver.Driver
+	listed      chan struct{} // closed by the listing that saw the box
+	createEnded chan struct{} // closed by the test once the create returned
+	once        sync.Once
+}
+
+func (d *staleListDriver) Start(ctx context.Context, id string) error {
+	<-d.listed
+	return errors.New("0/1 nodes are available: 1 Insufficient cpu")
+}
+
+func (d *staleListDriver) ListOwned(ctx context.Context, instance string) ([]string, error) {
+	ids, err := d.Driver.ListOwned(ctx, instance)
+	if err == nil && len(ids) > 0 {
+		d.once.Do(func() {
+			close(d.listed)
+			<-d.createEnded
+		})
+	}
+	return ids, err
+}
+
+// TestOrphanCheckAfterFailedCreate: a box listed while its create was in
+// flight, whose create failed and was torn down before the reconciler
+// looked up its record, is not an orphan.
+func TestOrphanCheckAfterFailedCreate(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("/tmp", "hcsb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := store.Open(t.Context(), filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	drv := &staleListDriver{Driver: fakedriver.New(t), listed: make(chan struct{}), createEnded: make(chan struct{})}
+	m := New(drv, st, Options{DataDir: dir, AgentBinary: "/bin/true", ReadyTimeout: 5 * time.Second,
+		Log: slog.New(slog.DiscardHandler), Lifecycle: LifecycleOptions{OrphanGrace: time.Hour}})
+	t.Cleanup(m.Close)
+	if err := m.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	created := make(chan error, 1)
+	go func() {
+		_, err := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
+		created <- err
+		close(drv.createEnded)
+	}()
+	for drv.Len() == 0 {
+		select {
+		case err := <-created:
+			t.Fatalf("create ended before it made its box: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	owned, err := drv.Driver.ListOwned(ctx, m.Instance())
+	if err != nil || len(owned) != 1 {
+		t.Fatalf("owned before the reconcile: %v %v, want one box", owned, err)
+	}
+	id := owned[0]
+	m.reconcileOrphans(ctx, time.Now())
+	if err := <-created; err == nil || !strings.Contains(err.Error(), "Insufficient cpu") {
+		t.Fatalf("create: got %v, want the failed start", err)
+	}
+	if drv.Len() != 0 {
+		t.Errorf("the failed create left %d boxes", drv.Len())
+	}
+	if got := eventTypes(t, m, id); slices.Contains(got, wire.SandboxEventOrphanFound) {
+		t.Errorf("events of the failed create: got %v, want no %s", got, wire.SandboxEventOrphanFound)
+	}
+	m.life.mu.Lock()
+	_, known := m.life.orphans[id]
+	m.life.mu.Unlock()
+	if known {
+		t.Errorf("the failed create's box is kept as an orphan")
 	}
 }

@@ -80,6 +80,16 @@ func (m *Manager) afterRecover(ctx context.Context) error {
 
 // reconcileOrphans reports boxes and volumes of this instance that have no
 // record, and removes them once their grace is over.
+//
+// A create puts its record before it makes the box, and a teardown removes
+// the box before it deletes the record, both under the sandbox's lock. The
+// list of the backend is older than the look-ups of the records that
+// follow it, though: a failed create whose teardown finished in between
+// (a pool refill whose pod could not be scheduled) is in the list and has
+// no record any more. So an id without a record is an orphan only once it
+// is found again under its lock, which no create or teardown holds then,
+// in a list taken after the look-up; one whose lock is held is in flight
+// and is looked at next round.
 func (m *Manager) reconcileOrphans(ctx context.Context, now time.Time) {
 	lister, ok := m.drv.(driver.InstanceLister)
 	if !ok || m.life.instance == "" {
@@ -92,9 +102,50 @@ func (m *Manager) reconcileOrphans(ctx context.Context, now time.Time) {
 	}
 	l := m.life
 	seen := map[string]bool{}
+	defer func() {
+		l.mu.Lock()
+		for id := range l.orphans {
+			if !seen[id] {
+				delete(l.orphans, id)
+			}
+		}
+		l.mu.Unlock()
+	}()
+	unlocks := map[string]func(){}
+	defer func() {
+		for _, unlock := range unlocks {
+			unlock()
+		}
+	}()
 	for _, id := range owned {
 		if _, err := m.store.Get(ctx, id); err == nil {
 			continue
+		}
+		unlock, ok := m.lockNow(id)
+		if !ok {
+			seen[id] = true // in flight: neither reported nor forgotten
+			continue
+		}
+		if _, err := m.store.Get(ctx, id); err == nil {
+			unlock() // a create made its record in between
+			continue
+		}
+		unlocks[id] = unlock
+	}
+	if len(unlocks) == 0 {
+		return
+	}
+	again, err := lister.ListOwned(ctx, m.life.instance)
+	if err != nil {
+		m.log.Warn("reconcile: list owned boxes", "err", err)
+		for id := range unlocks {
+			seen[id] = true
+		}
+		return
+	}
+	for _, id := range again {
+		if unlocks[id] == nil {
+			continue // not a candidate, or one that is gone
 		}
 		seen[id] = true
 		l.mu.Lock()
@@ -112,33 +163,16 @@ func (m *Manager) reconcileOrphans(ctx context.Context, now time.Time) {
 		if now.Sub(first) < l.opts.OrphanGrace {
 			continue
 		}
-		// Under the sandbox's lock, and only if there still is no record:
-		// a create that made its record in between keeps its box.
-		func() {
-			unlock := m.lock(id)
-			defer unlock()
-			if _, err := m.store.Get(ctx, id); err == nil {
-				return
-			}
-			if err := m.drv.Destroy(ctx, id); err != nil {
-				m.log.Error("remove orphan", "sandbox", id, "err", err)
-				return
-			}
-			_ = os.RemoveAll(filepath.Join(m.opts.DataDir, "sandboxes", id))
-			m.log.Info("removed orphan", "sandbox", id)
-			m.Event(ctx, id, wire.SandboxEventOrphanRemoved, "removed a box and volume that had no record", nil)
-			l.mu.Lock()
-			delete(l.orphans, id)
-			l.mu.Unlock()
-		}()
-	}
-	l.mu.Lock()
-	for id := range l.orphans {
-		if !seen[id] {
-			delete(l.orphans, id)
+		// Still under the sandbox's lock, taken with no record.
+		if err := m.drv.Destroy(ctx, id); err != nil {
+			m.log.Error("remove orphan", "sandbox", id, "err", err)
+			continue
 		}
+		_ = os.RemoveAll(filepath.Join(m.opts.DataDir, "sandboxes", id))
+		m.log.Info("removed orphan", "sandbox", id)
+		m.Event(ctx, id, wire.SandboxEventOrphanRemoved, "removed a box and volume that had no record", nil)
+		seen[id] = false
 	}
-	l.mu.Unlock()
 }
 
 // reconcileLoop compares the records with the backend every few seconds
