@@ -12,14 +12,16 @@ import (
 // stepOrder is the order the daemon takes each operation's steps in
 // (internal/sandbox/manager.go); the exposition sorts them by name.
 var stepOrder = map[string][]string{
-	"create": {"resolve", "record", "listen", "gateway", "disk", "volume", "container_create", "container_start", "pod_create", "pod_start", "egress", "agent", "setup", "record_running", "event"},
+	// The Kubernetes driver's steps are pod_* (pod_record is its record,
+	// a Secret, apart from the manager's record in the store).
+	"create": {"resolve", "record", "listen", "gateway", "pod_record", "disk", "volume", "container_create", "container_start", "pod_create", "pod_start", "pod_egress", "egress", "agent", "setup", "record_running", "event"},
 	"claim":  {"limits", "lookup", "record", "gateway", "egress_env", "egress_parallel", "env_parallel", "workspace", "record_running", "event"},
 	// A destroy answers after its first steps; those named background_
 	// follow the answer. Without a quick kill (or for a sandbox without a
 	// record) the whole teardown runs before it: the unprefixed
 	// container_remove to gateway_parallel.
-	"destroy": {"lookup", "record_destroyed", "firewall_tokens", "kill", "container_remove", "disk", "volume", "run_dir", "wait_parallel", "delete_record", "event", "egress_parallel", "gateway_parallel",
-		"background_container_remove", "background_disk", "background_volume", "background_run_dir", "background_delete_record", "background_total"},
+	"destroy": {"lookup", "record_destroyed", "firewall_tokens", "kill", "container_remove", "pod_remove", "disk", "volume", "run_dir", "wait_parallel", "delete_record", "event", "egress_parallel", "gateway_parallel",
+		"background_container_remove", "background_pod_remove", "background_disk", "background_volume", "background_run_dir", "background_delete_record", "background_total"},
 }
 
 // metricsText scrapes the daemon's /metrics.

@@ -174,6 +174,22 @@ func TestKubernetesSandboxEndToEnd(t *testing.T) {
 		t.Fatalf("pods of %s: %v, want one", id, pods)
 	}
 
+	t.Run("create steps", func(t *testing.T) {
+		// One create so far: each step of it is counted once. The
+		// driver's steps have names of their own (pod_*), or the
+		// manager's record and egress would count twice.
+		text, err := c.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := stepCounts(text, "create")
+		for _, step := range []string{"record", "pod_record", "pod_create", "pod_start", "pod_egress", "egress", "agent"} {
+			if counts[step] != 1 {
+				t.Errorf("hotcell_create_step_seconds_count of %s: got %v, want 1 (all: %v)", step, counts[step], counts)
+			}
+		}
+	})
+
 	t.Run("exec", func(t *testing.T) {
 		// The agent is the pod's PID 1, and the box is the sandbox's pod.
 		if got := execOK(t, c, id, "cat /proc/1/cmdline | tr '\\0' ' '; echo; hostname"); got != "/.hotcell/bin/hotcell-agent \n"+id+"\n" {
@@ -619,4 +635,28 @@ func dockerContext(t *testing.T, dockerfile string) io.Reader {
 		t.Fatal(err)
 	}
 	return &buf
+}
+
+// stepCounts reads the observation count of each step of op from the
+// daemon's /metrics text.
+func stepCounts(text, op string) map[string]float64 {
+	counts := map[string]float64{}
+	prefix := "hotcell_" + op + "_step_seconds_count{"
+	for line := range strings.Lines(text) {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(strings.TrimSpace(rest), "} ")
+		if !ok {
+			continue
+		}
+		for l := range strings.SplitSeq(labels, ",") {
+			if step, ok := strings.CutPrefix(l, `step="`); ok {
+				n, _ := strconv.ParseFloat(value, 64)
+				counts[strings.TrimSuffix(step, `"`)] += n
+			}
+		}
+	}
+	return counts
 }

@@ -79,7 +79,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 			err = errors.Join(err, classify("remove record of sandbox "+spec.ID, rerr))
 		}
 	}()
-	driver.TraceStep(ctx, "record")
+	// The driver's steps are named pod_*: the manager traces its own
+	// record and egress steps in the same create.
+	driver.TraceStep(ctx, "pod_record")
 	if spec.Egress != nil && d.cfg.Egress.NetworkPolicies {
 		if err := d.putNetworkPolicy(ctx, spec.ID, spec.Instance, *spec.Egress); err != nil {
 			return fmt.Errorf("create sandbox %s: %w", spec.ID, err)
@@ -210,7 +212,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err == nil {
 		// Nothing of the user's runs before the node's rules are in.
 		err = d.waitEgressApplied(ctx, id, made.UID)
-		driver.TraceStep(ctx, "egress")
+		driver.TraceStep(ctx, "pod_egress")
 	}
 	if err != nil {
 		// Leave the box stopped, not half started.
