@@ -6,19 +6,16 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
-	"golang.org/x/sys/unix"
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/testinet"
 )
 
 // BenchmarkEgressFirstConnect: the first connection to an allowlisted name
@@ -87,78 +84,17 @@ func randName() string {
 }
 
 // benchInternet makes a network namespace with 198.18.X.10 behind a veth
-// and a TCP server there answering "hello"; it returns that address.
+// and a TCP server there answering "hello from ..."; it returns that
+// address.
 func benchInternet(b *testing.B) netip.Addr {
 	b.Helper()
-	id := randName()[:6]
 	var x [1]byte
 	_, _ = rand.Read(x[:])
-	hostIP := netip.AddrFrom4([4]byte{198, 18, x[0], 1})
+	pfx := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, x[0], 0}), 24)
 	target := netip.AddrFrom4([4]byte{198, 18, x[0], 10})
-	ns, vh, vp := "hcbench-"+id, "hcb"+id, "hcq"+id
-	sh := func(args ...string) {
-		b.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			b.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	sh("ip", "netns", "add", ns)
-	b.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	sh("ip", "link", "add", vh, "type", "veth", "peer", "name", vp)
-	b.Cleanup(func() { _ = exec.Command("ip", "link", "del", vh).Run() })
-	sh("ip", "link", "set", vp, "netns", ns)
-	sh("ip", "addr", "add", hostIP.String()+"/24", "dev", vh)
-	sh("ip", "link", "set", vh, "up")
-	sh("ip", "netns", "exec", ns, "ip", "addr", "add", target.String()+"/24", "dev", vp)
-	sh("ip", "netns", "exec", ns, "ip", "link", "set", vp, "up")
-	sh("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", hostIP.String())
-
-	ln, err := listenInNetns(ns, netip.AddrPortFrom(target, 80).String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hello\n"))
-			c.Close()
-		}
-	}()
+	n := testinet.New(b, testinet.Config{NS: "hcbench", HostVeth: "hcb", PeerVeth: "hcq", Prefix: pfx, Addrs: []netip.Addr{target}})
+	n.Serve(b, netip.AddrPortFrom(target, 80))
 	return target
-}
-
-// listenInNetns opens a listener inside network namespace ns: a socket
-// stays in the namespace it was made in, whatever thread uses it later.
-func listenInNetns(ns, addr string) (net.Listener, error) {
-	runtime.LockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("enter netns %s: %w", ns, err)
-	}
-	ln, lerr := net.Listen("tcp", addr)
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// The thread stays locked, so it dies with this goroutine rather
-		// than run other goroutines in the wrong namespace.
-		return nil, fmt.Errorf("leave netns %s: %w", ns, err)
-	}
-	runtime.UnlockOSThread()
-	return ln, lerr
 }
 
 // benchUpstream answers every *.bench.test with host, TTL 60, on loopback.

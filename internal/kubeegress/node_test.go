@@ -31,6 +31,7 @@ import (
 	"github.com/hotcell/hotcell/internal/images"
 	"github.com/hotcell/hotcell/internal/kubeegress"
 	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/testinet"
 	"github.com/hotcell/hotcell/internal/testk8s"
 	"github.com/hotcell/hotcell/internal/wire"
 )
@@ -539,7 +540,7 @@ func TestNodeRulesHold(t *testing.T) {
 	}
 
 	accept := []string{"FORWARD", "-s", b.ip + "/32", "-m", "comment", "--comment", "hotcell test: a CNI accept above hotcell", "-j", "ACCEPT"}
-	testk8s.Sh(t, append([]string{"iptables", "-I"}, accept...)...)
+	testinet.Sh(t, append([]string{"iptables", "-I"}, accept...)...)
 	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-D"}, accept...)...).Run() })
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(firstRule(t, "FORWARD"), "HCN-") {

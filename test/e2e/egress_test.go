@@ -3,18 +3,15 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -28,6 +25,7 @@ import (
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/testinet"
 )
 
 // The egress tests' "internet" is a network namespace the test makes, on a
@@ -40,58 +38,6 @@ import (
 // server in it answers "hello from ADDR" on port 80 of each address and
 // logs UDP datagrams to port 53 of the resolver host. Every packet a
 // sandbox sends in these tests either is dropped or reaches that namespace.
-
-const (
-	envInetServer = "HOTCELL_E2E_INET_SERVER"
-	envInetTCP    = "HOTCELL_E2E_INET_TCP"
-	envInetUDPLog = "HOTCELL_E2E_INET_UDPLOG"
-)
-
-// init runs the namespace's server when the test binary is re-executed
-// inside it by newInternet.
-func init() {
-	if os.Getenv(envInetServer) != "1" {
-		return
-	}
-	for _, a := range strings.Split(os.Getenv(envInetTCP), ",") {
-		ln, err := net.Listen("tcp", a)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				fmt.Fprintf(c, "hello from %s\n", c.LocalAddr())
-				c.Close()
-			}
-		}()
-	}
-	if spec := os.Getenv(envInetUDPLog); spec != "" {
-		addr, file, _ := strings.Cut(spec, "=")
-		pc, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		go func() {
-			buf := make([]byte, 2048)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				f, _ := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-				fmt.Fprintf(f, "%s %d bytes\n", from, n)
-				f.Close()
-			}
-		}()
-	}
-	select {}
-}
 
 type internet struct {
 	prefix   netip.Prefix // a /28 of documentation addresses
@@ -108,128 +54,46 @@ type internet struct {
 
 // metadataRoutes are addresses outside the namespace's /28 that the host
 // routes to it; only one test internet at a time can own them (see
-// lockInternet).
+// testinet.Lock).
 var metadataRoutes = []string{"169.254.169.254", "100.100.100.200", "168.63.129.16"}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func sh(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
 
 // newInternet makes the namespace, its veth and routes, and its server;
 // all of it is removed when the test ends.
 func newInternet(t *testing.T) *internet {
 	t.Helper()
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Fatal("egress tests need ip (iproute2)")
-	}
 	// The metadata routes are host-wide: test internets of parallel test
 	// binaries (several go test runs at once) take turns.
-	lockInternet(t)
-	id := randHex(3)
-	var x [2]byte
-	_, _ = rand.Read(x[:])
-	bases := [][3]byte{{203, 0, 113}, {198, 51, 100}}
-	b := bases[x[0]%2]
-	pfx := netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], b[2], x[1] & 0xf0}), 28)
+	testinet.Lock(t)
+	pfx, x := testinet.DocPrefix()
 	hostIP := pfx.Addr().Next()
 	in := &internet{prefix: pfx, metadata: netip.MustParseAddr("169.254.169.254"), udpLog: t.TempDir() + "/udp.log"}
 	in.allowed = hostIP.Next()
 	in.other = in.allowed.Next()
 	in.resolver = in.other.Next()
-	in.private = netip.AddrFrom4([4]byte{198, 18, x[1], 10})
+	in.private = netip.AddrFrom4([4]byte{198, 18, x, 10})
 	for _, a := range metadataRoutes[1:] {
 		in.metadataOther = append(in.metadataOther, netip.MustParseAddr(a))
 	}
-	ns, vh, vp := "hce2e-"+id, "hce"+id, "hcp"+id
-	in.ns = ns
-
-	sh(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	sh(t, "ip", "link", "add", vh, "type", "veth", "peer", "name", vp)
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", vh).Run() })
-	sh(t, "ip", "link", "set", vp, "netns", ns)
-	sh(t, "ip", "addr", "add", netip.PrefixFrom(hostIP, pfx.Bits()).String(), "dev", vh)
-	sh(t, "ip", "link", "set", vh, "up")
-	for _, a := range []netip.Addr{in.allowed, in.other, in.resolver} {
-		sh(t, "ip", "netns", "exec", ns, "ip", "addr", "add", netip.PrefixFrom(a, pfx.Bits()).String(), "dev", vp)
-	}
-	for _, a := range append(slices.Clone(metadataRoutes), in.private.String()) {
-		sh(t, "ip", "netns", "exec", ns, "ip", "addr", "add", a+"/32", "dev", vp)
-	}
-	sh(t, "ip", "netns", "exec", ns, "ip", "link", "set", vp, "up")
-	sh(t, "ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-	sh(t, "ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", hostIP.String())
-	// The test owns these addresses: a packet that got past the rules
-	// would reach this namespace, not a real metadata service or LAN host.
-	// replace, not add: a route a killed run left behind is taken over.
-	for _, a := range append(slices.Clone(metadataRoutes), in.private.String()) {
-		sh(t, "ip", "route", "replace", a+"/32", "dev", vh)
-		t.Cleanup(func() { _ = exec.Command("ip", "route", "del", a+"/32", "dev", vh).Run() })
-	}
-
-	var tcp []string
+	n := testinet.New(t, testinet.Config{
+		NS: "hce2e", HostVeth: "hce", PeerVeth: "hcp", Prefix: pfx,
+		Addrs:  []netip.Addr{in.allowed, in.other, in.resolver},
+		Routed: append([]netip.Addr{in.metadata}, append(slices.Clone(in.metadataOther), in.private)...),
+	})
+	in.ns = n.Name
+	var tcp []netip.AddrPort
 	for _, a := range append([]netip.Addr{in.allowed, in.other, in.resolver, in.metadata, in.private}, in.metadataOther...) {
-		tcp = append(tcp, netip.AddrPortFrom(a, 80).String())
+		tcp = append(tcp, netip.AddrPortFrom(a, 80))
 	}
-	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0])
-	cmd.Env = append(os.Environ(), envInetServer+"=1", envInetTCP+"="+strings.Join(tcp, ","),
-		envInetUDPLog+"="+netip.AddrPortFrom(in.resolver, 53).String()+"="+in.udpLog)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	n.Serve(t, tcp...)
+	n.LogUDP(t, netip.AddrPortFrom(in.resolver, 53), in.udpLog)
 	// Every address answers from the namespace before any sandbox is let
-	// near it: a route that went wrong fails here, not out on a network.
+	// near it.
+	var check []netip.AddrPort
 	for _, a := range append([]netip.Addr{in.allowed, in.metadata, in.private}, in.metadataOther...) {
-		deadline := time.Now().Add(10 * time.Second)
-		want := "hello from " + netip.AddrPortFrom(a, 80).String()
-		for {
-			if got, err := hostDial(netip.AddrPortFrom(a, 80).String()); err == nil && strings.Contains(got, want) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the test internet does not answer on %s", a)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		check = append(check, netip.AddrPortFrom(a, 80))
 	}
+	testinet.WaitAnswer(t, check...)
 	return in
-}
-
-// lockInternet holds a host-wide lock until t ends: flock, so that a
-// killed test binary releases it.
-func lockInternet(t *testing.T) {
-	t.Helper()
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "hotcell-e2e-internet.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		t.Fatalf("lock the test internet: %v", err)
-	}
-	t.Cleanup(func() { f.Close() })
-}
-
-func hostDial(addr string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	b, err := io.ReadAll(c)
-	return string(b), err
 }
 
 // upstream is the DNS server the daemon forwards to, on loopback.
@@ -430,7 +294,7 @@ func TestEgress(t *testing.T) {
 		}
 		var hostSeesB bool
 		for i := 0; i < 50 && !hostSeesB; i++ {
-			got, _ := hostDial(net.JoinHostPort(bst.Address, "8080"))
+			got, _ := testinet.Dial(net.JoinHostPort(bst.Address, "8080"))
 			hostSeesB = strings.Contains(got, "hello from b")
 			time.Sleep(100 * time.Millisecond)
 		}

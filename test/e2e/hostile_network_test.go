@@ -17,6 +17,7 @@ import (
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/testinet"
 )
 
 // The network attacks of issue 11 §4, each from a sandbox of a real daemon
@@ -475,7 +476,7 @@ func TestHostileNetworkIPv6(t *testing.T) {
 		t.Logf("bridge %s has no link-local IPv6 address (%q): nothing to reach it by", bridge, addrs)
 	} else {
 		// The service answers on that address from the host itself.
-		if got, err := hostDial(fmt.Sprintf("[%s%%%s]:%d", ll, bridge, port)); err != nil || !strings.Contains(got, "host v6 service") {
+		if got, err := testinet.Dial(fmt.Sprintf("[%s%%%s]:%d", ll, bridge, port)); err != nil || !strings.Contains(got, "host v6 service") {
 			t.Fatalf("the host cannot reach its own service on %s: %q, %v\n%s", ll, got, err, addrs)
 		}
 		mu.Lock()
@@ -495,11 +496,11 @@ func TestHostileNetworkIPv6(t *testing.T) {
 	checkHealthy(t, d, neighbour.ID)
 
 	// A network of the egress name with IPv6 on is an error naming it.
-	name := "hce2e-v6-" + randHex(3)
+	name := "hce2e-v6-" + testinet.RandHex(3)
 	var made bool
 	for i := 0; i < 5 && !made; i++ {
 		sub := fmt.Sprintf("10.216.%d.0/24", mrand.IntN(250))
-		v6sub := fmt.Sprintf("fd%02x:%s::/64", mrand.IntN(256), randHex(2))
+		v6sub := fmt.Sprintf("fd%02x:%s::/64", mrand.IntN(256), testinet.RandHex(2))
 		cmd := exec.Command("docker", "network", "create", "--ipv6", "--subnet", sub, "--subnet", v6sub,
 			"-o", "com.docker.network.bridge.enable_icc=false", name)
 		if out, err := cmd.CombinedOutput(); err == nil {
