@@ -36,6 +36,9 @@ type reqState struct {
 	usage    usageParser
 	// upstreamErr is the error the proxy answered with, if any.
 	upstreamErr string
+	// bodyEnded: the upstream's answer was read to its end; delivered:
+	// and the proxy passed all of it on (ServeHTTP returned, not aborted).
+	bodyEnded, delivered bool
 }
 
 type stateKey struct{}
@@ -107,6 +110,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	// then fails and cuts the answer off; see internal/api's passBody).
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.proxy.ServeHTTP(w, r)
+	st.delivered = st.bodyEnded
 }
 
 // prepare reads what bounds a call's use from its body, before anything
@@ -225,7 +229,11 @@ func (g *Gateway) finish(r *http.Request, st *reqState, start time.Time) {
 	u := st.usage.result()
 	reported := st.usage.reported()
 	status := st.status
-	canceled := r.Context().Err() != nil
+	// A sandbox that read the whole answer may close its connection
+	// before this runs (an answer with a length ends at its last byte,
+	// not when the handler returns), which cancels the request's context
+	// too: that call was not cut.
+	canceled := r.Context().Err() != nil && !st.delivered
 	if canceled {
 		// The sandbox hung up; the proxy canceled the upstream request.
 		st.upstreamErr = "canceled by the sandbox"
@@ -418,6 +426,9 @@ func (b *meterBody) Read(p []byte) (int, error) {
 	if n > 0 {
 		b.st.out.Add(int64(n))
 		b.st.usage.write(p[:n])
+	}
+	if err == io.EOF {
+		b.st.bodyEnded = true
 	}
 	if err != nil && err != io.EOF && b.st.upstreamErr == "" {
 		b.st.upstreamErr = "upstream response cut off: " + err.Error()
