@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	hotcell "github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
-	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/images"
 	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
@@ -75,22 +73,7 @@ func startKubeDaemon(b *testing.B) *kubeBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The kubelet lists a newly imported image in the node's status within
-	// about 40 s, and the daemon's create checks it there.
-	ctx, cancel := context.WithTimeout(b.Context(), 2*time.Minute)
-	defer cancel()
-	for _, ref := range []string{image, images.AgentRef} {
-		for {
-			err := drv.EnsureImage(ctx, ref, nil)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil {
-				b.Fatalf("image %s on the test cluster's node: %v", ref, err)
-			}
-			time.Sleep(time.Second)
-		}
-	}
+	testk8s.WaitImages(b, drv, image, images.AgentRef)
 	ln, err := net.Listen("tcp", net.JoinHostPort(env.HostIP, "0"))
 	if err != nil {
 		b.Fatal(err)

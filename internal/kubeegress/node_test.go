@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -27,7 +26,6 @@ import (
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/egress"
-	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/images"
 	"github.com/hotcell/hotcell/internal/kubeegress"
 	"github.com/hotcell/hotcell/internal/testenv"
@@ -85,20 +83,7 @@ func newCluster(t *testing.T, upstream string, route netip.Prefix) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	for _, ref := range []string{image, images.AgentRef} {
-		for {
-			err := d.EnsureImage(ctx, ref, nil)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil {
-				t.Fatalf("image %s on the test cluster's node: %v", ref, err)
-			}
-			time.Sleep(time.Second)
-		}
-	}
+	testk8s.WaitImages(t, d, image, images.AgentRef)
 	ecfg := egress.Config{
 		Network:        "kt-" + randHex(3),
 		Subnet:         netip.MustParsePrefix(podRange),

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
@@ -267,4 +269,32 @@ func (e *Env) hasImage(ctx context.Context, ref, id string) bool {
 		return err == nil && bytes.Contains(m, []byte(id))
 	}
 	return false
+}
+
+// ImageChecker is what WaitImages needs of the Kubernetes driver.
+type ImageChecker interface {
+	EnsureImage(ctx context.Context, ref string, progress driver.Progress) error
+}
+
+// WaitImages waits until the test cluster's node lists every one of refs
+// (the driver's EnsureImage, which a create with pull policy Never runs):
+// the kubelet lists a newly imported image in the node's status within
+// about 40 s (its image cache, then a status update). It fails tb after
+// two minutes or on any other error.
+func WaitImages(tb testing.TB, d ImageChecker, refs ...string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), 2*time.Minute)
+	defer cancel()
+	for _, ref := range refs {
+		for {
+			err := d.EnsureImage(ctx, ref, nil)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil {
+				tb.Fatalf("image %s on the test cluster's node: %v", ref, err)
+			}
+			time.Sleep(time.Second)
+		}
+	}
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
-	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/images"
 	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
@@ -93,21 +92,7 @@ func prepareImages(t *testing.T, env *testk8s.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The kubelet lists a new image in the node's status within about 40 s.
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	for _, ref := range []string{image, images.AgentRef} {
-		for {
-			err := drv.EnsureImage(ctx, ref, nil)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil {
-				t.Fatalf("image %s on the test cluster's node: %v", ref, err)
-			}
-			time.Sleep(time.Second)
-		}
-	}
+	testk8s.WaitImages(t, drv, image, images.AgentRef)
 }
 
 func freePort(t *testing.T, host string) int {

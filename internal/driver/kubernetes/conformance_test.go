@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -20,7 +19,6 @@ import (
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/driver/drivertest"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
-	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/images"
 	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/testk8s"
@@ -66,22 +64,7 @@ func clusterDriverOn(t *testing.T, nodeRunDirs bool) (*kubernetes.Driver, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The kubelet lists a new image in the node's status within about 40 s
-	// (its image cache, then a status update).
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	for _, ref := range []string{image, images.AgentRef} {
-		for {
-			err := d.EnsureImage(ctx, ref, nil)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil {
-				t.Fatalf("image %s on the test cluster's node: %v", ref, err)
-			}
-			time.Sleep(time.Second)
-		}
-	}
+	testk8s.WaitImages(t, d, image, images.AgentRef)
 	return d, image, env
 }
 
