@@ -77,6 +77,10 @@ type Options struct {
 	// sandboxes), taken from 10.215.0.0/16, where the /24s of other test
 	// daemons never are.
 	EgressSubnetBits int
+	// TokenOf, when set, gives this daemon that daemon's API token (its
+	// data dir's token file, copied before the first start): the daemons
+	// of a set on one store share one token.
+	TokenOf *Daemon
 }
 
 // AgentChannelEnv, set to "tcp", runs every test daemon (that does not
@@ -108,7 +112,9 @@ func StartFailing(t testing.TB, opts Options) (exitErr error, log string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(d.DataDir)
+	// A daemon may fail after it made its egress network: it goes, as
+	// after Close.
+	defer d.removeLeftovers()
 	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -257,6 +263,15 @@ func newDaemon(e env, opts Options, owner testing.TB) (*Daemon, error) {
 		d.args = append(d.args, "--store", opts.Store)
 	}
 	d.env = opts.Env
+	if o := opts.TokenOf; o != nil {
+		tok, err := os.ReadFile(filepath.Join(o.DataDir, "token"))
+		if err != nil {
+			return fail(fmt.Errorf("read the token to share: %w", err))
+		}
+		if err := os.WriteFile(filepath.Join(dir, "token"), tok, 0o600); err != nil {
+			return fail(err)
+		}
+	}
 	return d, nil
 }
 
@@ -455,6 +470,12 @@ func (d *Daemon) Close() {
 		}
 		d.stop(syscall.SIGTERM)
 	}
+	d.removeLeftovers()
+}
+
+// removeLeftovers removes what a daemon that is not running leaves on the
+// host: its boxes, its egress network (when it owns one) and its data dir.
+func (d *Daemon) removeLeftovers() {
 	// What the API does not list (the boxes of warm pools, which outlive
 	// a daemon as sandboxes do) goes by the instance label of the data dir.
 	removeInstance(d.DataDir)
