@@ -129,6 +129,18 @@ var migrations = []string{
 		daemon_id  TEXT NOT NULL,
 		since      INTEGER NOT NULL
 	) WITHOUT ROWID;`,
+	// 11: the settings the daemons of one store share (see settings.go:
+	// the instance id, the agent channel's material), and which daemon
+	// is creating a sandbox, so that a daemon starting on the store
+	// rolls back only the creates of daemons that are gone.
+	`CREATE TABLE IF NOT EXISTS settings (
+		key   TEXT PRIMARY KEY,
+		value TEXT NOT NULL
+	) WITHOUT ROWID;
+	CREATE TABLE IF NOT EXISTS sandbox_creators (
+		sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes (id) ON DELETE CASCADE,
+		daemon_id  TEXT NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // postgresMigrations replace the migrations whose SQLite text postgresDDL

@@ -120,6 +120,12 @@ func (s *Store) Close() error {
 
 // Put inserts or replaces the sandbox with sb.ID.
 func (s *Store) Put(ctx context.Context, sb wire.Sandbox) error {
+	return s.put(ctx, sb, nil)
+}
+
+// put is Put, which also records creator in the same transaction when it
+// is not nil (PutCreating).
+func (s *Store) put(ctx context.Context, sb wire.Sandbox, creator *string) error {
 	if sb.ID == "" {
 		return fmt.Errorf("put sandbox: %w", errdefs.Invalid("id", "must not be empty"))
 	}
@@ -142,6 +148,12 @@ func (s *Store) Put(ctx context.Context, sb wire.Sandbox) error {
 			sb.ID, string(sb.State), unixNano(sb.CreatedAt), unixNano(sb.UpdatedAt), string(doc))
 		if err != nil {
 			return err
+		}
+		if creator != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_creators (sandbox_id, daemon_id) VALUES (?, ?)
+				ON CONFLICT (sandbox_id) DO UPDATE SET daemon_id = excluded.daemon_id`, sb.ID, *creator); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_labels WHERE sandbox_id = ?`, sb.ID); err != nil {
 			return err
