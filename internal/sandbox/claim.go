@@ -158,9 +158,9 @@ func (m *Manager) claimBox(ctx context.Context, clock *stepClock, id string, req
 			envDone <- nil
 			return
 		}
-		// Kept on the host, outside the run dir the box sees, and sent
+		// Kept in the store, not in the record the API shows, and sent
 		// again each time the agent connects (sendEnv).
-		if err := m.writeEnv(id, env); err != nil {
+		if err := m.store.PutSandboxEnv(ctx, id, env); err != nil {
 			envDone <- err
 			return
 		}
@@ -197,44 +197,61 @@ func (m *Manager) claimBox(ctx context.Context, clock *stepClock, id string, req
 	return m.withDeadlines(sb), nil
 }
 
-// envFile holds the env a claimed box's agent lays over the box's own.
-func (m *Manager) envFile(id string) string {
+// legacyEnvFile is where a daemon before the env moved to the store kept
+// the env a claimed box's agent lays over the box's own (sendEnv moves it).
+func (m *Manager) legacyEnvFile(id string) string {
 	return filepath.Join(m.opts.DataDir, "sandboxes", id, "env.json")
 }
 
-func (m *Manager) writeEnv(id string, env map[string]string) error {
-	data, err := json.Marshal(env)
-	if err != nil {
-		return fmt.Errorf("encode env: %w", err)
-	}
-	tmp := m.envFile(id) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write env: %w", err)
-	}
-	if err := os.Rename(tmp, m.envFile(id)); err != nil {
-		return fmt.Errorf("write env: %w", err)
-	}
-	return nil
-}
-
-// sendEnv is the connect hook of sandbox id's agent: a claimed box's env
-// is set before the session serves, so no process starts without it, also
-// after the box restarted (stop/start) or the daemon did.
+// sendEnv is the connect hook of sandbox id's agent: a sandbox's env (a
+// claimed box's owner env, the gateway's tokens) is set before the
+// session serves, so no process starts without it, also after the box
+// restarted (stop/start) or the daemon did, and on whichever daemon of a
+// set accepts the session: the env is in the store.
 func (m *Manager) sendEnv(id string) agentconn.ConnectHook {
 	return func(ctx context.Context, rt http.RoundTripper) error {
-		data, err := os.ReadFile(m.envFile(id))
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+		env, err := m.store.SandboxEnv(ctx, id)
 		if err != nil {
-			return fmt.Errorf("read env: %w", err)
+			return err
 		}
-		var env map[string]string
-		if err := json.Unmarshal(data, &env); err != nil {
-			return fmt.Errorf("decode env: %w", err)
+		if env == nil {
+			if env, err = m.moveLegacyEnv(ctx, id); err != nil {
+				return err
+			}
+		}
+		if len(env) == 0 {
+			return nil
 		}
 		return putEnv(ctx, rt, env)
 	}
+}
+
+// moveLegacyEnv moves the env file an older daemon left in sandbox id's
+// dir into the store, once, and returns it (nil without one).
+func (m *Manager) moveLegacyEnv(ctx context.Context, id string) (map[string]string, error) {
+	path := m.legacyEnvFile(id)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read env file: %w", err)
+	}
+	var env map[string]string
+	if err := json.Unmarshal(data, &env); err != nil {
+		return nil, fmt.Errorf("decode env file %s: %w", path, err)
+	}
+	if err := m.store.PutSandboxEnv(ctx, id, env); err != nil {
+		return nil, fmt.Errorf("move env file into the store: %w", err)
+	}
+	if err := os.Remove(path); err != nil {
+		// The store's copy is read first from now on: a file left
+		// behind is only not cleaned up until the sandbox goes.
+		m.log.Warn("remove the env file moved into the store", "sandbox", id, "err", err)
+	} else {
+		m.log.Info("moved the sandbox's env file into the store", "sandbox", id)
+	}
+	return env, nil
 }
 
 func putEnv(ctx context.Context, rt http.RoundTripper, env map[string]string) error {

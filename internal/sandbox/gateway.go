@@ -33,8 +33,8 @@ type GatewayHook interface {
 
 // grantGateway mints the tokens of a new sandbox (its record must exist)
 // and hands their env vars to its agent, which lays them over the box's
-// env for every process (sendEnv, from the env file on the host, before
-// the agent serves anything). They are not in the box's spec: the engine
+// env for every process (sendEnv, from the store, before the agent serves
+// anything). They are not in the box's spec: the engine
 // keeps a container's env in its config, and a snapshot or a saved
 // template commits that config into an image, so a fork would start with
 // the parent's live tokens. The record's env does not get them either, so
@@ -50,7 +50,7 @@ func (m *Manager) grantGateway(ctx context.Context, id string, providers []strin
 	if err != nil {
 		return fmt.Errorf("grant gateway access: %w", err)
 	}
-	return m.writeEnv(id, vars)
+	return m.store.PutSandboxEnv(ctx, id, vars)
 }
 
 func (m *Manager) forgetGateway(ctx context.Context, id string) error {

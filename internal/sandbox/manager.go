@@ -45,6 +45,10 @@ type Store interface {
 	List(ctx context.Context, f store.Filter) ([]wire.Sandbox, error)
 	Delete(ctx context.Context, id string) error
 	Count(ctx context.Context) (int, error)
+	// PutSandboxEnv and SandboxEnv keep the env a sandbox's agent lays
+	// over its box's own (sendEnv); it goes with the record.
+	PutSandboxEnv(ctx context.Context, id string, env map[string]string) error
+	SandboxEnv(ctx context.Context, id string) (map[string]string, error)
 	EventStore
 }
 

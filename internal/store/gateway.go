@@ -8,8 +8,8 @@ import (
 )
 
 // GatewayToken is the record of one sandbox-and-provider token of the LLM
-// gateway. Only the token's hash is stored: the database holds nothing a
-// reader could present to the gateway.
+// gateway. Only the token's hash is stored here; the token itself is in
+// its sandbox's env (env.go), which its agent needs.
 type GatewayToken struct {
 	SandboxID string
 	Provider  string

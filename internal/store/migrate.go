@@ -141,6 +141,14 @@ var migrations = []string{
 		sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes (id) ON DELETE CASCADE,
 		daemon_id  TEXT NOT NULL
 	) WITHOUT ROWID;`,
+	// 12: the env a sandbox's agent lays over its box's own (a claimed
+	// box's owner env, the gateway's tokens), sent at every agent session
+	// by whichever daemon accepts it (see env.go). It may hold secrets,
+	// and goes with the sandbox's record.
+	`CREATE TABLE IF NOT EXISTS sandbox_env (
+		sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes (id) ON DELETE CASCADE,
+		doc        TEXT NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // postgresMigrations replace the migrations whose SQLite text postgresDDL
