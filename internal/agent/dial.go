@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotcell/hotcell/internal/agentauth"
@@ -20,8 +21,16 @@ import (
 // DefaultDialFile is where a driver puts the TCP channel's dial file.
 const DefaultDialFile = driver.RunDir + "/" + driver.AgentDialFile
 
-// dialTimeout bounds one TCP dial with its TLS handshake and hello.
-const dialTimeout = 10 * time.Second
+// A dial tries each of the dial file's addresses in turn, so each must
+// fail fast when its daemon is gone: a refused connect costs nothing, and
+// a silent address (a dead host whose packets are dropped) costs
+// the connect timeout before the next is tried. The TLS handshake and
+// the hello then have a bound of their own.
+type dialTimeouts struct{ connect, handshake time.Duration }
+
+// defaultDialTimeouts: a connect survives one lost SYN (sent again after
+// 1 s); the handshake and hello have what the daemon gives them.
+var defaultDialTimeouts = dialTimeouts{connect: 3 * time.Second, handshake: 5 * time.Second}
 
 // Dialer opens one connection to the daemon.
 type Dialer func(ctx context.Context) (net.Conn, error)
@@ -48,8 +57,13 @@ func parseDial(path string, data []byte) (driver.AgentDial, error) {
 	if err := json.Unmarshal(data, &d); err != nil {
 		return driver.AgentDial{}, fmt.Errorf("decode %s: %w", path, err)
 	}
-	if d.Addr == "" || d.CertPEM == "" {
+	if len(d.Addresses()) == 0 || d.CertPEM == "" {
 		return driver.AgentDial{}, fmt.Errorf("%s: addr and cert are required", path)
+	}
+	for _, a := range d.Addresses() {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return driver.AgentDial{}, fmt.Errorf("%s: address %q: %w", path, a, err)
+		}
 	}
 	return d, nil
 }
@@ -58,7 +72,21 @@ func parseDial(path string, data []byte) (driver.AgentDial, error) {
 // daemon by the pinned certificate alone, and says which sandbox it serves
 // with its credential. The credential is written only after the daemon
 // proved it holds the pinned key.
+//
+// With several addresses (the daemons of a set) one dial tries them in
+// turn until one connects, starting after the one the last session came
+// from: when a session ends because its daemon died, the agent's next
+// dial goes to another daemon first rather than waiting on the dead one.
+// With one address every dial goes there.
 func TLSDialer(d driver.AgentDial) (Dialer, error) {
+	return tlsDialer(d, defaultDialTimeouts)
+}
+
+func tlsDialer(d driver.AgentDial, to dialTimeouts) (Dialer, error) {
+	addrs := d.Addresses()
+	if len(addrs) == 0 {
+		return nil, errors.New("agent dial: no address")
+	}
 	conf, err := agentauth.ClientConfig([]byte(d.CertPEM))
 	if err != nil {
 		return nil, err
@@ -67,15 +95,21 @@ func TLSDialer(d driver.AgentDial) (Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) (net.Conn, error) {
-		ctx, cancel := context.WithTimeout(ctx, dialTimeout)
-		defer cancel()
-		td := tls.Dialer{NetDialer: &net.Dialer{KeepAlive: 15 * time.Second}, Config: conf}
-		c, err := td.DialContext(ctx, "tcp", d.Addr)
+	one := func(ctx context.Context, addr string) (net.Conn, error) {
+		cctx, cancel := context.WithTimeout(ctx, to.connect)
+		nc, err := (&net.Dialer{KeepAlive: 15 * time.Second}).DialContext(cctx, "tcp", addr)
+		cancel()
 		if err != nil {
 			return nil, err
 		}
-		if dl, ok := ctx.Deadline(); ok {
+		hctx, cancel := context.WithTimeout(ctx, to.handshake)
+		defer cancel()
+		c := tls.Client(nc, conf)
+		if err := c.HandshakeContext(hctx); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		if dl, ok := hctx.Deadline(); ok {
 			_ = c.SetWriteDeadline(dl)
 		}
 		if _, err := c.Write(hello); err != nil {
@@ -85,6 +119,28 @@ func TLSDialer(d driver.AgentDial) (Dialer, error) {
 		_ = c.SetWriteDeadline(time.Time{})
 		// TCP_NODELAY is Go's default: small yamux frames go out at once.
 		return c, nil
+	}
+	var next atomic.Int64 // the index of the address to try first
+	return func(ctx context.Context) (net.Conn, error) {
+		start := int(next.Load())
+		var errs []error
+		for i := range addrs {
+			k := (start + i) % len(addrs)
+			// Whatever this address does, the next dial starts after
+			// it: after a failure so that a dial cut short by its
+			// context (FallbackConn.Retry) still moves on, after a
+			// success so that the session's end moves on.
+			next.Store(int64((k + 1) % len(addrs)))
+			c, err := one(ctx, addrs[k])
+			if err == nil {
+				return c, nil
+			}
+			errs = append(errs, fmt.Errorf("dial %s: %w", addrs[k], err))
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		return nil, errors.Join(errs...)
 	}, nil
 }
 
@@ -166,7 +222,7 @@ func FileDialer(dialFile, socket string, logger *slog.Logger) Dialer {
 			if err != nil {
 				logger.Warn("bad agent dial file; dialing the socket", "path", dialFile, "err", err)
 			} else {
-				logger.Debug("dialing the daemon over TCP", "addr", d.Addr)
+				logger.Debug("dialing the daemon over TCP", "addrs", d.Addresses())
 			}
 		}
 		dial := tcp

@@ -117,7 +117,7 @@ func RunDialer(ctx context.Context, dial Dialer, h http.Handler, logger *slog.Lo
 	for {
 		conn, err := dial(ctx)
 		if err == nil {
-			log.Debug("connected to daemon")
+			log.Debug("connected to daemon", "addr", conn.RemoteAddr().String())
 			started := time.Now()
 			stop := retryFirst(ctx, conn, log)
 			err = Serve(ctx, conn, h)

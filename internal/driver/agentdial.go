@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 )
 
 // AgentDialFile, inside RunDir, tells the agent to dial the daemon over
@@ -16,13 +18,20 @@ import (
 const AgentDialFile = "agent-dial.json"
 
 // AgentDial is how one sandbox's agent reaches the daemon over TCP: the
-// address, the daemon's certificate it pins, and the sandbox's own
+// addresses, the daemon's certificate it pins, and the sandbox's own
 // credential. A driver that sets Spec.AgentDial's box up without a host
 // run dir (a pod on another host) mounts Marshal's bytes at
 // RunDir/AgentDialFile.
 type AgentDial struct {
-	// Addr is host:port of the daemon's agent listener as the box reaches it.
+	// Addr is host:port of the daemon's agent listener as the box reaches
+	// it: Addrs' first, kept so that an agent older than Addrs still
+	// reaches a daemon.
 	Addr string `json:"addr"`
+	// Addrs are the agent listeners of every daemon of a set, in the
+	// order the agent tries them (it moves to the next after a failed
+	// dial or an ended session). Empty in a file older than Addrs: Addr
+	// alone.
+	Addrs []string `json:"addrs,omitempty"`
 	// CertPEM is the daemon's channel certificate, the only one the agent
 	// trusts (under agentauth.ServerName, whatever Addr is).
 	CertPEM string `json:"cert"`
@@ -30,6 +39,30 @@ type AgentDial struct {
 	Sandbox string `json:"sandbox"`
 	// Token is the sandbox's credential (agentauth.Token): secret.
 	Token string `json:"token"`
+}
+
+// NewAgentDial is the dial file of sandbox id with the listeners at addrs
+// (at least one), Addr being the first.
+func NewAgentDial(addrs []string, certPEM, id, token string) *AgentDial {
+	d := &AgentDial{CertPEM: certPEM, Sandbox: id, Token: token}
+	if len(addrs) > 0 {
+		d.Addr = addrs[0]
+	}
+	if len(addrs) > 1 {
+		d.Addrs = slices.Clone(addrs)
+	}
+	return d
+}
+
+// Addresses are the listeners to try, in order: Addrs, or Addr alone.
+func (d AgentDial) Addresses() []string {
+	if len(d.Addrs) > 0 {
+		return d.Addrs
+	}
+	if d.Addr == "" {
+		return nil
+	}
+	return []string{d.Addr}
 }
 
 // Marshal returns the file the agent reads.
@@ -43,12 +76,12 @@ func (d AgentDial) Marshal() ([]byte, error) {
 
 // LogValue keeps the credential out of logs.
 func (d AgentDial) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("addr", d.Addr), slog.String("sandbox", d.Sandbox), slog.String("token", "REDACTED"))
+	return slog.GroupValue(slog.String("addr", strings.Join(d.Addresses(), ",")), slog.String("sandbox", d.Sandbox), slog.String("token", "REDACTED"))
 }
 
 // String keeps the credential out of anything that formats a Spec.
 func (d AgentDial) String() string {
-	return fmt.Sprintf("{addr:%s sandbox:%s token:REDACTED}", d.Addr, d.Sandbox)
+	return fmt.Sprintf("{addr:%s sandbox:%s token:REDACTED}", strings.Join(d.Addresses(), ","), d.Sandbox)
 }
 
 // GoString is String, for %#v.
