@@ -54,6 +54,14 @@ type Options struct {
 	HostAddr   netip.Addr
 	SandboxAt  func(netip.Addr) (string, bool)
 	IsHostAddr func(netip.Addr) bool
+	// SandboxAddr, when set, ties a token to its sandbox's address the
+	// other way round, for sandboxes with no subnet of their own (pods of
+	// the Kubernetes driver, on the cluster's pod network): a request
+	// from an address that is not the host's (IsHostAddr) must come from
+	// the address SandboxAddr reports for the token's sandbox, its box's
+	// address now; an invalid address (no running box) or an error
+	// refuses it. It takes precedence over Subnet and SandboxAt.
+	SandboxAddr func(ctx context.Context, id string) (netip.Addr, error)
 	// MaxConcurrent caps one sandbox's requests in flight, all providers
 	// together; config.DefaultGatewayMaxConcurrent if 0.
 	MaxConcurrent int

@@ -181,9 +181,12 @@ func (g *Gateway) release(sandbox string) {
 // operator's and benchmarks' calls, whose source the kernel picks among
 // the host's addresses). Any other source, such as a container on another
 // network or another machine that routes to the gateway address, is
-// refused even with a valid token.
+// refused even with a valid token. With SandboxAddr (pods on a cluster's
+// network, which hotcell does not own) the same holds with every address
+// but the host's counting as the sandbox network: it must be the token's
+// sandbox's address.
 func (g *Gateway) fromSandbox(r *http.Request, id string) bool {
-	if g.opts.SandboxAt == nil || !g.opts.Subnet.IsValid() {
+	if g.opts.SandboxAddr == nil && (g.opts.SandboxAt == nil || !g.opts.Subnet.IsValid()) {
 		return true
 	}
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
@@ -191,6 +194,17 @@ func (g *Gateway) fromSandbox(r *http.Request, id string) bool {
 		return false
 	}
 	addr := ap.Addr().Unmap()
+	if g.opts.SandboxAddr != nil {
+		if g.hostAddr(addr) {
+			return true
+		}
+		want, err := g.opts.SandboxAddr(r.Context(), id)
+		if err != nil {
+			g.log.Warn("look up the address of a gateway token's sandbox", "sandbox", id, "err", err)
+			return false
+		}
+		return want.IsValid() && want.Unmap() == addr
+	}
 	if addr == g.opts.HostAddr {
 		return true
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -543,6 +544,72 @@ func TestProxySourceAddress(t *testing.T) {
 	a3 := e3.grant("sb-a", "openai")
 	if resp, body := e3.call("/openai/chat/completions", "Authorization", "Bearer "+a3["OPENAI_API_KEY"], `{}`); resp.StatusCode != 200 {
 		t.Errorf("token from the host's own address: got %d %s, want 200", resp.StatusCode, body)
+	}
+}
+
+// TestProxyPodAddress: with SandboxAddr (the Kubernetes driver's pods) a
+// token is taken only from its own sandbox's address or the host's: a
+// neighbour holding it, a sandbox with no running box, a failed look-up
+// and any other address are refused.
+func TestProxyPodAddress(t *testing.T) {
+	t.Parallel()
+	client := netip.MustParseAddr("127.0.0.1") // the test client's address
+	pods := map[string]netip.Addr{"sb-a": netip.MustParseAddr("10.244.0.7"), "sb-b": client}
+	var mu sync.Mutex // the handler's goroutine against the test's
+	var lookups []string
+	hostIsClient := false
+	e := newEnv(t, nil, func(o *Options) {
+		o.SandboxAddr = func(_ context.Context, id string) (netip.Addr, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			lookups = append(lookups, id)
+			if id == "sb-err" {
+				return netip.Addr{}, errors.New("the API server is away")
+			}
+			return pods[id], nil
+		}
+		o.IsHostAddr = func(a netip.Addr) bool { mu.Lock(); defer mu.Unlock(); return hostIsClient && a == client }
+	})
+	a := e.grant("sb-a", "openai")
+	b := e.grant("sb-b", "openai")
+	gone := e.grant("sb-gone", "openai")
+	bad := e.grant("sb-err", "openai")
+	post := func(tok string) (int, string) {
+		resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+tok, `{}`)
+		return resp.StatusCode, body
+	}
+	// No request is in flight between the calls: the test server is idle.
+	if st, body := post(a["OPENAI_API_KEY"]); st != 401 || !strings.Contains(body, "another sandbox") {
+		t.Errorf("sb-a's token from sb-b's pod: got %d %s, want 401", st, body)
+	}
+	if st, body := post(b["OPENAI_API_KEY"]); st != 200 {
+		t.Errorf("sb-b's token from its own pod: got %d %s, want 200", st, body)
+	}
+	if st, body := post(gone["OPENAI_API_KEY"]); st != 401 {
+		t.Errorf("token of a sandbox with no running pod: got %d %s, want 401", st, body)
+	}
+	if st, body := post(bad["OPENAI_API_KEY"]); st != 401 {
+		t.Errorf("token whose sandbox's address cannot be looked up: got %d %s, want 401", st, body)
+	}
+	mu.Lock()
+	pods["sb-b"] = netip.MustParseAddr("10.244.0.8") // sb-b's pod was made anew
+	mu.Unlock()
+	if st, body := post(b["OPENAI_API_KEY"]); st != 401 {
+		t.Errorf("sb-b's token from its old pod's address: got %d %s, want 401", st, body)
+	}
+	mu.Lock()
+	if want := []string{"sb-a", "sb-b", "sb-gone", "sb-err", "sb-b"}; !slices.Equal(lookups, want) {
+		t.Errorf("look-ups: got %v, want %v", lookups, want)
+	}
+	hostIsClient = true
+	mu.Unlock()
+	if st, body := post(a["OPENAI_API_KEY"]); st != 200 {
+		t.Errorf("sb-a's token from the host's own address: got %d %s, want 200", st, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lookups) != 5 {
+		t.Errorf("a call from the host looked up its sandbox: %v", lookups)
 	}
 }
 
