@@ -116,7 +116,7 @@ sandboxes' namespace.`,
 	f.StringVar(&bridge, "bridge", "", "the pod network's bridge on this node, from which IPv6 is dropped (required on a node with IPv6)")
 	f.StringVar(&podRange, "pod-range", "", "the cluster's pod range (other pods are refused as other sandboxes)")
 	f.StringSliceVar(&upstreams, "upstream", nil, "resolver that allowed names are forwarded to, host[:port] (default: /etc/resolv.conf's)")
-	f.StringSliceVar(&allowed, "allow", nil, "TCP endpoint every sandbox reaches in every mode, addr:port: the daemon's agent channel")
+	f.StringSliceVar(&allowed, "allow", nil, "TCP endpoint every sandbox reaches in every mode, addr:port (repeat): the daemon's agent channel, and its LLM gateway when it serves one")
 	f.StringSliceVar(&allowPrivate, "allow-private", nil, "private IPv4 network sandboxes may reach (egress_allow_private)")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

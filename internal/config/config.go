@@ -299,7 +299,7 @@ var settings = []setting{
 		func(c *Config) any { return &c.EgressDNSUpstream }},
 	{"egress_default_mode", kindString, "egress mode of sandboxes created without one: open, none or allowlist",
 		func(c *Config) any { return &c.EgressDefaultMode }},
-	{"egress_gateway_port", kindString, "TCP port of the LLM gateway on the egress gateway address, reachable from every sandbox (0: none)",
+	{"egress_gateway_port", kindString, "TCP port of the LLM gateway on the egress gateway address, reachable from every sandbox; with driver kubernetes on agent_listen's host, pods reaching it at agent_advertise's host (0: none)",
 		func(c *Config) any { return &c.EgressGatewayPort }},
 	{"egress_allow_private", kindString, "comma-separated IPv4 CIDRs of private networks sandboxes may reach; the rest of 10/8, 172.16/12, 192.168/16, 100.64/10 and 198.18/15 is dropped in every egress mode (default: none)",
 		func(c *Config) any { return &c.EgressAllowPrivate }},

@@ -1,10 +1,12 @@
 package config
 
 import (
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -38,8 +40,7 @@ func (c Config) Kubernetes() bool { return c.Driver == DriverKubernetes }
 // validateDriver checks driver and, on Kubernetes, the kubernetes_*
 // settings and what the driver needs of the others: the TCP agent channel
 // (a pod cannot see the daemon's unix sockets) with an address pods can
-// dial, and no LLM gateway providers (nothing serves the gateway to pods
-// yet). It runs before validateAgentChannel, whose default it changes.
+// dial. It runs before validateAgentChannel, whose default it changes.
 func (c *Config) validateDriver(bad func(key string, value any, format string, args ...any) error) error {
 	switch c.Driver = strings.ToLower(c.Driver); c.Driver {
 	case "":
@@ -121,8 +122,16 @@ func (c *Config) validateDriver(bad func(key string, value any, format string, a
 			return bad(a.key, a.action, "the kubernetes driver cannot pause a pod: use stop or destroy")
 		}
 	}
-	if len(c.Providers) > 0 || c.ProvidersFile != "" {
-		return bad("providers_file", c.ProvidersFile, "the LLM gateway is not served to pods yet (driver kubernetes): remove the [[provider]] tables and providers_file, or use driver docker")
-	}
 	return nil
+}
+
+// KubeGateway is where the LLM gateway listens on the Kubernetes driver
+// and the host:port pods reach it at: egress_gateway_port on agent_listen's
+// host and on agent_advertise's host. Pods already reach the daemon there
+// (the agent channel), so the gateway asks no address of its own.
+func (c Config) KubeGateway() (listen, advertise string) {
+	port := strconv.Itoa(c.Egress().GatewayPort)
+	lhost, _, _ := net.SplitHostPort(c.AgentListen)    // checked at load
+	ahost, _, _ := net.SplitHostPort(c.AgentAdvertise) // set and checked at load
+	return net.JoinHostPort(lhost, port), net.JoinHostPort(ahost, port)
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,6 +54,40 @@ network_policies = true
 	}
 }
 
+// TestKubernetesGateway: the LLM gateway is served on Kubernetes, on
+// agent_listen's host at egress_gateway_port, and pods are told
+// agent_advertise's host at that port.
+func TestKubernetesGateway(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	providers := filepath.Join(t.TempDir(), "p.toml")
+	if err := os.WriteFile(providers, []byte("[[provider]]\nname = \"openai\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\nkey_env = \"K\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name                      string
+		args                      []string
+		wantListen, wantAdvertise string
+	}{
+		{"listen is advertised", []string{"--agent-listen", "10.244.0.1:8091"}, "10.244.0.1:8090", "10.244.0.1:8090"},
+		{"every address, advertise a name", []string{"--agent-listen", ":8091", "--agent-advertise", "hotcell.example:7443", "--egress-gateway-port", "7444"}, ":7444", "hotcell.example:7444"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--agent-binary", agent, "--driver", "kubernetes", "--providers-file", providers}, tc.args...)
+			c, err := Load(flags(t, args...), envMap(nil))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if len(c.Providers) != 1 {
+				t.Errorf("providers: got %+v, want openai", c.Providers)
+			}
+			if l, a := c.KubeGateway(); l != tc.wantListen || a != tc.wantAdvertise {
+				t.Errorf("KubeGateway: got %s, %s; want %s, %s", l, a, tc.wantListen, tc.wantAdvertise)
+			}
+		})
+	}
+}
+
 func TestKubernetesBad(t *testing.T) {
 	t.Parallel()
 	agent := fakeAgent(t)
@@ -77,7 +112,6 @@ func TestKubernetesBad(t *testing.T) {
 		{"lifetime pause", append(k8s, "--max-lifetime", "1h", "--lifetime-action", "pause"), "lifetime_action", "cannot pause"},
 		{"egress resolver", append(k8s, "--kubernetes-egress-resolver", "node-1"), "kubernetes_egress_resolver", "IPv4 address"},
 		{"loopback egress resolver", append(k8s, "--kubernetes-egress-resolver", "127.0.0.1"), "kubernetes_egress_resolver", "IPv4 address"},
-		{"providers", append(k8s, "--providers-file", filepath.Join(t.TempDir(), "p.toml")), "providers_file", "LLM gateway"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(flags(t, append([]string{"--agent-binary", agent}, tc.args...)...), envMap(nil))

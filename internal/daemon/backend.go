@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/driver"
@@ -28,6 +29,9 @@ type backend struct {
 	docker *docker.Driver
 	// diskLimitEnforced says limits.diskMb holds for /workspace.
 	diskLimitEnforced func() bool
+	// podAddr is the address of a sandbox's running pod (the Kubernetes
+	// driver's), which the LLM gateway checks calls against; nil on Docker.
+	podAddr func(ctx context.Context, id string) (netip.Addr, error)
 	// startEgress puts the driver's egress control up (egress.go).
 	startEgress func(ctx context.Context, cfg config.Config, agentPort int, log *slog.Logger) (egressControl, error)
 	close       func()

@@ -59,6 +59,7 @@ func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 		// stop there is up to the StorageClass's volumes (a hostPath one
 		// of the workspace host dir has no size at all): not promised.
 		diskLimitEnforced: func() bool { return false },
+		podAddr:           drv.PodAddr,
 		startEgress: func(_ context.Context, cfg config.Config, _ int, log *slog.Logger) (egressControl, error) {
 			return startKubeEgress(cfg, drv, log)
 		},

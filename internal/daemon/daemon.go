@@ -107,7 +107,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		// sandboxes' routes.
 		defer agentCh.Close()
 	}
-	gw, gwServer, gwListener, err := newGateway(ctx, cfg, st, eg, ops, log)
+	gw, gwServer, gwListener, err := newGateway(ctx, cfg, st, eg, be.podAddr, ops, log)
 	if err != nil {
 		return err
 	}

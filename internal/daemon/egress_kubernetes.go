@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,8 +25,8 @@ func (kubeEgress) Run(ctx context.Context) error   { <-ctx.Done(); return nil }
 func (kubeEgress) Close()                          {}
 func (kubeEgress) Collector() prometheus.Collector { return nil }
 
-// Gateway is invalid: pods reach the daemon at agent_advertise, and no
-// LLM gateway is served to them.
+// Gateway is invalid: pods reach the daemon at agent_advertise, and the
+// LLM gateway at its host (config.KubeGateway).
 func (kubeEgress) Gateway() netip.Addr { return netip.Addr{} }
 
 // kubeEgressConfig is what the driver does with egress policies under cfg.
@@ -40,16 +39,28 @@ func kubeEgressConfig(cfg config.Config, log *slog.Logger) kubernetes.EgressConf
 		ec.NodeEnforced = true
 		ec.Resolver = netip.MustParseAddr(cfg.KubeEgressResolver) // checked at load
 	}
-	// The agent channel, in every mode's NetworkPolicy; a name there
-	// cannot be (NetworkPolicy takes addresses), so it is said.
-	if host, port, err := net.SplitHostPort(cfg.AgentAdvertise); err == nil {
-		if ap, err := netip.ParseAddrPort(net.JoinHostPort(host, port)); err == nil {
-			ec.Allowed = []netip.AddrPort{ap}
+	// The agent channel and the LLM gateway, in every mode's
+	// NetworkPolicy; a name there cannot be (NetworkPolicy takes
+	// addresses), so it is said.
+	ends := []struct{ what, addr string }{{"the agent channel", cfg.AgentAdvertise}}
+	if kubeGatewayOn(cfg) {
+		_, gw := cfg.KubeGateway()
+		ends = append(ends, struct{ what, addr string }{"the LLM gateway", gw})
+	}
+	for _, e := range ends {
+		if ap, err := netip.ParseAddrPort(e.addr); err == nil {
+			ec.Allowed = append(ec.Allowed, ap)
 		} else if cfg.KubeNetworkPolicies {
-			log.Warn("agent_advertise is a name: the sandboxes' NetworkPolicies cannot let pods reach it; a CNI that enforces them cuts the agent channel", "agent_advertise", cfg.AgentAdvertise)
+			log.Warn("agent_advertise is a name: the sandboxes' NetworkPolicies cannot let pods reach "+e.what+"; a CNI that enforces them cuts it", "addr", e.addr)
 		}
 	}
 	return ec
+}
+
+// kubeGatewayOn reports whether the LLM gateway listens for pods: there
+// are providers and a port (egress_gateway_port 0 is none).
+func kubeGatewayOn(cfg config.Config) bool {
+	return len(cfg.Providers) > 0 && cfg.Egress().GatewayPort != 0
 }
 
 // startKubeEgress is the egress control of the Kubernetes backend: every

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,15 +26,19 @@ import (
 )
 
 // newGateway loads the LLM gateway's providers and tokens and, when it is
-// on, listens on the egress network's gateway address, the one host address
-// every sandbox may reach (the firewall lets egress_gateway_port through).
-// Sandboxes reach it as host.docker.internal, which the egress controller
-// points at that address. The server is nil when the gateway is off; Run
-// serves it and runs the gateway's usage flusher. Without the Docker
-// driver's egress controller nothing ties a request to its sandbox's
-// address, so the gateway has no listener (and the config refuses
-// providers there).
-func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg egressControl, ops *inflight.Group, log *slog.Logger) (*gateway.Gateway, *http.Server, net.Listener, error) {
+// on, listens where sandboxes reach it. On the Docker driver that is the
+// egress network's gateway address, the one host address every sandbox may
+// reach (the firewall lets egress_gateway_port through); sandboxes reach it
+// as host.docker.internal, which the egress controller points at that
+// address, and a call is tied to its sandbox by its source address in the
+// egress subnet. On the Kubernetes driver it is agent_listen's host at
+// egress_gateway_port, which pods reach at agent_advertise's host
+// (config.KubeGateway), and a call is tied to its sandbox by its pod's
+// address, podAddr. The server is nil when the gateway is off; Run serves
+// it and runs the gateway's usage flusher. With neither (the Docker driver
+// without its egress controller) nothing ties a request to its sandbox's
+// address, so the gateway has no listener.
+func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg egressControl, podAddr func(context.Context, string) (netip.Addr, error), ops *inflight.Group, log *slog.Logger) (*gateway.Gateway, *http.Server, net.Listener, error) {
 	port := cfg.Egress().GatewayPort
 	opts := gateway.Options{
 		Providers:  cfg.Providers,
@@ -42,15 +48,22 @@ func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg egre
 
 		MaxConcurrent: cfg.MaxConcurrent(),
 	}
+	var addr string
 	ec, onEgressNetwork := eg.(*egress.Controller)
-	if onEgressNetwork {
+	switch {
+	case cfg.Kubernetes() && podAddr != nil:
+		listen, advertise := cfg.KubeGateway()
+		addr, opts.SandboxURL = listen, "http://"+advertise
+		opts.SandboxAddr = newRecentAddrs(podAddr, podAddrTTL).get
+	case onEgressNetwork:
+		addr = net.JoinHostPort(ec.Gateway().String(), strconv.Itoa(port))
 		opts.Subnet, opts.HostAddr, opts.SandboxAt = ec.Subnet(), ec.Gateway(), ec.SandboxAt
 	}
 	g, err := gateway.New(ctx, opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if !onEgressNetwork {
+	if addr == "" {
 		log.Info("llm gateway off: sandboxes of this driver have no egress network to reach it on")
 		return g, nil, nil, nil
 	}
@@ -58,7 +71,6 @@ func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg egre
 		log.Info("llm gateway off", "port", port, "providers", len(cfg.Providers))
 		return g, nil, nil, nil
 	}
-	addr := net.JoinHostPort(ec.Gateway().String(), strconv.Itoa(port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("llm gateway: listen on %s: %w", addr, err)
@@ -70,8 +82,57 @@ func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg egre
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("llm gateway serving", "addr", addr, "providers", g.Providers())
+	log.Info("llm gateway serving", "addr", addr, "sandboxURL", opts.SandboxURL, "providers", g.Providers())
 	return g, hs, ln, nil
+}
+
+// podAddrTTL is how long the gateway takes a sandbox's pod address as
+// known. A pod's address changes only with a new pod, which a stop and
+// start makes in more time than this.
+const podAddrTTL = 2 * time.Second
+
+// recentAddrs keeps each sandbox's pod address for a short while: the
+// gateway checks a call's source at every call, and a sandbox's burst of
+// calls would otherwise be as many reads of its pod from the API server.
+// A failed look-up is not kept.
+type recentAddrs struct {
+	lookup func(context.Context, string) (netip.Addr, error)
+	ttl    time.Duration
+
+	mu sync.Mutex
+	m  map[string]recentAddr
+}
+
+type recentAddr struct {
+	addr netip.Addr
+	at   time.Time
+}
+
+func newRecentAddrs(lookup func(context.Context, string) (netip.Addr, error), ttl time.Duration) *recentAddrs {
+	return &recentAddrs{lookup: lookup, ttl: ttl, m: map[string]recentAddr{}}
+}
+
+func (r *recentAddrs) get(ctx context.Context, id string) (netip.Addr, error) {
+	now := time.Now()
+	r.mu.Lock()
+	e, ok := r.m[id]
+	r.mu.Unlock()
+	if ok && now.Sub(e.at) < r.ttl {
+		return e.addr, nil
+	}
+	a, err := r.lookup(ctx, id)
+	if err != nil {
+		return a, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, old := range r.m { // the destroyed sandboxes' go too
+		if now.Sub(old.at) >= r.ttl {
+			delete(r.m, k)
+		}
+	}
+	r.m[id] = recentAddr{a, now}
+	return a, nil
 }
 
 // reloadGateway re-reads the config as at start and swaps in the

@@ -295,6 +295,26 @@ func (d *Driver) waitEgressApplied(ctx context.Context, id string, uid types.UID
 	return err
 }
 
+// PodAddr returns the address of sandbox id's pod while it runs: what
+// the LLM gateway checks a call's source against (a pod cannot take
+// another address: no NET_ADMIN, no NET_RAW). It is invalid, with no
+// error, when the sandbox has no pod, or one that is not running or is
+// being deleted (its address may go to another pod).
+func (d *Driver) PodAddr(ctx context.Context, id string) (netip.Addr, error) {
+	if err := checkID(id); err != nil {
+		return netip.Addr{}, err
+	}
+	p, err := d.getPod(ctx, id)
+	if err != nil || p == nil || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+		return netip.Addr{}, err
+	}
+	a, err := netip.ParseAddr(p.Status.PodIP)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("address of pod %s: %w", p.Name, err)
+	}
+	return a.Unmap(), nil
+}
+
 // EgressStatus returns what the node's egress controller last reported for
 // sandbox id's pod (AnnoEgressStatus), with the pod's address; nil when
 // the box has no pod or no report yet.
