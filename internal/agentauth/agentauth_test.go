@@ -177,3 +177,65 @@ func handshake(t *testing.T, m *Material, pin []byte) error {
 	c.Close()
 	return nil
 }
+
+// TestMaterialBundle: material made for a store round-trips through its
+// PEM bundle and serves the handshake and credentials as made; Load reads
+// what LoadOrCreate wrote and nothing from an empty dir.
+func TestMaterialBundle(t *testing.T) {
+	t.Parallel()
+	m, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseMaterial(m.MarshalPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !back.Equal(m) || !bytes.Equal(back.TokenKey, m.TokenKey) || !bytes.Equal(back.CertPEM, m.CertPEM) {
+		t.Error("the bundle read back is not the material")
+	}
+	// The agent pinned to the original's certificate reaches a daemon
+	// serving the bundle's.
+	if err := handshake(t, back, m.CertPEM); err != nil {
+		t.Errorf("pinned to the certificate before the round trip: %v", err)
+	}
+	other, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Equal(m) {
+		t.Error("two New calls made the same material")
+	}
+	tokenOnly := []byte(strings.SplitAfter(string(m.MarshalPEM()), "-----END EC PRIVATE KEY-----\n")[1])
+	for name, bad := range map[string][]byte{
+		"empty":          nil,
+		"not PEM":        []byte("hello"),
+		"no token key":   append(append([]byte(nil), m.CertPEM...), m.keyPEM...),
+		"token key only": tokenOnly,
+		"foreign block":  append(m.MarshalPEM(), "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n"...),
+		"key of another": append(append(append([]byte(nil), m.CertPEM...), other.keyPEM...), tokenOnly...),
+	} {
+		if _, err := ParseMaterial(bad); err == nil {
+			t.Errorf("%s: parsed", name)
+		}
+	}
+
+	dir := filepath.Join(t.TempDir(), "agent-channel")
+	if got, err := Load(dir); got != nil || err != nil {
+		t.Fatalf("Load of an empty dir: %v, %v; want nothing", got, err)
+	}
+	made, err := LoadOrCreate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := Load(dir)
+	if err != nil || loaded == nil || !loaded.Equal(made) {
+		t.Fatalf("Load after LoadOrCreate: %v, %v; want the same material", loaded, err)
+	}
+	if err := os.Remove(filepath.Join(dir, keyFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil {
+		t.Error("Load with the certificate's key missing: no error")
+	}
+}

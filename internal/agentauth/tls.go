@@ -1,6 +1,7 @@
 package agentauth
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -39,6 +40,105 @@ type Material struct {
 	CertPEM []byte
 	// TokenKey derives each sandbox's credential (Token).
 	TokenKey []byte
+	// keyPEM is Cert's private key, for MarshalPEM.
+	keyPEM []byte
+}
+
+// tokenKeyBlock is the PEM block type of the token key in MarshalPEM's
+// bundle.
+const tokenKeyBlock = "HOTCELL AGENT TOKEN KEY"
+
+// New makes new material, kept nowhere: the caller stores MarshalPEM's
+// bundle (the store of a set of daemons, see docs/kubernetes.md).
+func New() (*Material, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("agent channel token key: %w", err)
+	}
+	certPEM, keyPEM, err := newCert()
+	if err != nil {
+		return nil, err
+	}
+	return fromPEM(certPEM, keyPEM, key)
+}
+
+func fromPEM(certPEM, keyPEM, tokenKey []byte) (*Material, error) {
+	if len(tokenKey) < 32 {
+		return nil, fmt.Errorf("agent channel token key: %d bytes, want 32", len(tokenKey))
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("agent channel certificate: %w", err)
+	}
+	return &Material{Cert: cert, CertPEM: certPEM, TokenKey: tokenKey, keyPEM: keyPEM}, nil
+}
+
+// MarshalPEM returns the material as one PEM bundle: the certificate, its
+// private key and the token key, in that order. It holds secrets: keep it
+// where only the daemons may read it.
+func (m *Material) MarshalPEM() []byte {
+	out := append([]byte(nil), m.CertPEM...)
+	out = append(out, m.keyPEM...)
+	return append(out, pem.EncodeToMemory(&pem.Block{Type: tokenKeyBlock, Bytes: m.TokenKey})...)
+}
+
+// ParseMaterial reads MarshalPEM's bundle.
+func ParseMaterial(bundle []byte) (*Material, error) {
+	var certPEM, keyPEM, tokenKey []byte
+	for rest := bundle; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		switch b.Type {
+		case "CERTIFICATE":
+			certPEM = pem.EncodeToMemory(b)
+		case "EC PRIVATE KEY":
+			keyPEM = pem.EncodeToMemory(b)
+		case tokenKeyBlock:
+			tokenKey = b.Bytes
+		default:
+			return nil, fmt.Errorf("agent channel material: unexpected PEM block %q", b.Type)
+		}
+	}
+	if certPEM == nil || keyPEM == nil || tokenKey == nil {
+		return nil, errors.New("agent channel material: want a certificate, its key and a token key")
+	}
+	return fromPEM(certPEM, keyPEM, tokenKey)
+}
+
+// Equal reports whether m and o are the same material.
+func (m *Material) Equal(o *Material) bool {
+	return bytes.Equal(m.MarshalPEM(), o.MarshalPEM())
+}
+
+// Load reads the channel material from dir as LoadOrCreate left it; nil
+// when dir holds none of it. It creates nothing: a daemon of a set that
+// finds material of its own uploads it rather than making any.
+func Load(dir string) (*Material, error) {
+	_, kerr := os.Stat(filepath.Join(dir, hmacFile))
+	_, cerr := os.Stat(filepath.Join(dir, certFile))
+	if errors.Is(kerr, os.ErrNotExist) && errors.Is(cerr, os.ErrNotExist) {
+		return nil, nil
+	}
+	var (
+		files [3][]byte
+		errs  []error
+	)
+	for i, f := range []string{certFile, keyFile, hmacFile} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		files[i] = b
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("agent channel material in %s: %w", dir, err)
+	}
+	m, err := fromPEM(files[0], files[1], files[2])
+	if err != nil {
+		return nil, fmt.Errorf("agent channel material in %s: %w", dir, err)
+	}
+	return m, nil
 }
 
 // LoadOrCreate reads the channel material from dir, creating what is
@@ -81,11 +181,11 @@ func LoadOrCreate(dir string) (*Material, error) {
 	} else if cerr != nil || kerr != nil {
 		return nil, fmt.Errorf("agent channel certificate: %w", errors.Join(cerr, kerr))
 	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	m, err := fromPEM(certPEM, keyPEM, key)
 	if err != nil {
-		return nil, fmt.Errorf("agent channel certificate %s: %w", certPath, err)
+		return nil, fmt.Errorf("agent channel material in %s: %w", dir, err)
 	}
-	return &Material{Cert: cert, CertPEM: certPEM, TokenKey: key}, nil
+	return m, nil
 }
 
 func readOrCreate(path string, gen func() ([]byte, error)) ([]byte, error) {

@@ -1,11 +1,11 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,18 +14,20 @@ import (
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/sandbox"
+	"github.com/hotcell/hotcell/internal/store"
 )
 
 // listenAgentChannel opens the TCP agent channel's listener when
 // agent_channel is tcp (nil otherwise), before the egress firewall is
 // set up: its port is one the firewall lets sandboxes reach. The material
-// (certificate, token key) lives in <data-dir>/agent-channel, 0600, and is
-// read again at every start, so running boxes' agents are re-adopted.
-func listenAgentChannel(cfg config.Config) (net.Listener, *agentauth.Material, error) {
+// (certificate, token key) lives in <data-dir>/agent-channel, 0600, or on
+// PostgreSQL in the store, shared by the set (agentMaterial), and is read
+// again at every start, so running boxes' agents are re-adopted.
+func listenAgentChannel(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger) (net.Listener, *agentauth.Material, error) {
 	if !cfg.AgentTCP() {
 		return nil, nil, nil
 	}
-	m, err := agentauth.LoadOrCreate(filepath.Join(cfg.DataDir, "agent-channel"))
+	m, err := agentMaterial(ctx, cfg, st, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -88,7 +88,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	// them (creates, destroys, backups, restores): the shutdown waits for
 	// it before the store closes.
 	ops := inflight.New()
-	agentLn, agentMat, err := listenAgentChannel(cfg)
+	agentLn, agentMat, err := listenAgentChannel(ctx, cfg, st, log)
 	if err != nil {
 		return err
 	}
@@ -143,12 +143,17 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		tplImages, snapshots = imgs, imgs
 	}
 	reg := newRegistry(cfg, st, log)
+	instance, err := setInstance(ctx, cfg, st, log)
+	if err != nil {
+		return err
+	}
 	tpls := templates.New(st, tplImages, func(ctx context.Context) ([]wire.Sandbox, error) {
 		return mgr.List(ctx, sandbox.ListFilter{})
 	}, log)
 	tpls.UseImages(drv.EnsureImage) // templates from existing images, on every driver
 	mgr = sandbox.New(drv, st, sandbox.Options{
 		DataDir:         cfg.DataDir,
+		Instance:        instance,
 		AgentBinary:     agentPath,
 		DefaultImage:    cfg.DefaultImage,
 		SetupTimeout:    cfg.SetupTimeout,

@@ -56,6 +56,10 @@ type Store interface {
 type Options struct {
 	// DataDir holds sandboxes/<id>/run, the run dirs bind-mounted into boxes.
 	DataDir string
+	// Instance, when set, is the instance id (the label of the boxes this
+	// daemon owns) in place of the data dir's: the one the daemons
+	// sharing a PostgreSQL store share (store setting "instance").
+	Instance string
 	// AgentBinary is the host path of the static agent bind-mounted into boxes.
 	AgentBinary  string
 	DefaultImage string

@@ -23,44 +23,78 @@ const instanceFile = "instance"
 
 var validInstance = regexp.MustCompile(`^[a-f0-9]{16,64}$`)
 
-// loadInstance returns the data dir's instance id, making one the first
-// time. It is written by rename so a crash never leaves half an id.
-func loadInstance(dataDir string) (string, error) {
+// ReadInstance returns the instance id in dataDir, "" when it has none.
+func ReadInstance(dataDir string) (string, error) {
 	p := filepath.Join(dataDir, instanceFile)
 	b, err := os.ReadFile(p)
-	if err == nil {
-		id := strings.TrimSpace(string(b))
-		if !validInstance.MatchString(id) {
-			return "", fmt.Errorf("read instance id %s: %q is not 16-64 hex digits; remove the file to make a new one (boxes labelled with the old id are then left alone)", p, id)
-		}
-		return id, nil
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
 	}
-	if !errors.Is(err, os.ErrNotExist) {
+	if err != nil {
 		return "", fmt.Errorf("read instance id: %w", err)
 	}
+	id := strings.TrimSpace(string(b))
+	if !ValidInstance(id) {
+		return "", fmt.Errorf("read instance id %s: %q is not 16-64 hex digits; remove the file to make a new one (boxes labelled with the old id are then left alone)", p, id)
+	}
+	return id, nil
+}
+
+// ValidInstance reports whether id is an instance id.
+func ValidInstance(id string) bool { return validInstance.MatchString(id) }
+
+// NewInstance makes a new instance id.
+func NewInstance() string {
 	var r [8]byte
 	_, _ = rand.Read(r[:])
-	id := hex.EncodeToString(r[:])
+	return hex.EncodeToString(r[:])
+}
+
+// loadInstance returns the data dir's instance id, making one the first
+// time.
+func loadInstance(dataDir string) (string, error) {
+	id, err := ReadInstance(dataDir)
+	if err != nil || id != "" {
+		return id, err
+	}
+	id = NewInstance()
+	return id, WriteInstance(dataDir, id)
+}
+
+// WriteInstance writes id as dataDir's instance id, by rename so a crash
+// never leaves half an id.
+func WriteInstance(dataDir, id string) error {
+	p := filepath.Join(dataDir, instanceFile)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", fmt.Errorf("write instance id: %w", err)
+		return fmt.Errorf("write instance id: %w", err)
 	}
 	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write instance id: %w", err)
+		return fmt.Errorf("write instance id: %w", err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
-		return "", fmt.Errorf("write instance id: %w", err)
+		return fmt.Errorf("write instance id: %w", err)
 	}
-	return id, nil
+	return nil
 }
 
 // Instance returns this daemon's instance id (empty before Recover).
 func (m *Manager) Instance() string { return m.life.instance }
 
-// ensureInstance loads the instance id once; Recover calls it first, and
-// Create labels boxes with it.
+// ensureInstance loads the instance id once (Options.Instance, else the
+// data dir's); Recover calls it first, and Create labels boxes with it.
 func (m *Manager) ensureInstance() error {
-	if m.life.instance != "" || m.opts.DataDir == "" {
+	if m.life.instance != "" {
+		return nil
+	}
+	if m.opts.Instance != "" {
+		if !ValidInstance(m.opts.Instance) {
+			return fmt.Errorf("instance id %q is not 16-64 hex digits", m.opts.Instance)
+		}
+		m.life.instance = m.opts.Instance
+		return nil
+	}
+	if m.opts.DataDir == "" {
 		return nil
 	}
 	id, err := loadInstance(m.opts.DataDir)
