@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,11 +49,21 @@ var listenerLog = loglimit.New(10, time.Minute)
 
 // Channel is the daemon's TCP listener for agents.
 type Channel struct {
+	// OnUnknown, when set (before Serve), is asked about an agent whose
+	// credential checked out but whose sandbox has no route here: the
+	// daemons of a set on one store each take sessions for every sandbox
+	// of the store, not only those they registered. It registers the
+	// route (Register) and reports true, or reports false to refuse the
+	// connection. It runs only after the credential was verified, so a
+	// guessed id or credential never reaches it (nor the store behind it),
+	// and within the connection's handshake slot and deadline (ctx).
+	OnUnknown func(ctx context.Context, id string) bool
+
 	ln        net.Listener
 	conf      *tls.Config
 	tokenKey  []byte
 	certPEM   string
-	advertise string
+	advertise []string
 	log       *slog.Logger
 	timeout   time.Duration
 
@@ -70,12 +81,13 @@ type Channel struct {
 }
 
 // NewChannel serves the agent channel on ln (a TCP listener) with the
-// daemon's material. advertise is the host:port agents are told to dial.
-// Call Serve, then Close.
-func NewChannel(ln net.Listener, m *agentauth.Material, advertise string, log *slog.Logger) *Channel {
+// daemon's material. advertise is the host:port agents are told to dial,
+// or several that they try in turn: the listeners of every daemon of a set
+// on one store, which share the material. Call Serve, then Close.
+func NewChannel(ln net.Listener, m *agentauth.Material, advertise []string, log *slog.Logger) *Channel {
 	return &Channel{
 		ln: ln, conf: m.ServerConfig(), tokenKey: m.TokenKey, certPEM: string(m.CertPEM),
-		advertise: advertise, log: log.With("component", "agent-channel"), timeout: tcpHandshakeTimeout,
+		advertise: slices.Clone(advertise), log: log.With("component", "agent-channel"), timeout: tcpHandshakeTimeout,
 		routes: map[string]*route{}, sources: map[netip.Addr]int{}, done: make(chan struct{}),
 	}
 }
@@ -86,10 +98,7 @@ func (ch *Channel) Addr() net.Addr { return ch.ln.Addr() }
 // Dial returns what sandbox id's agent needs to reach this listener (its
 // credential included): a driver delivers it to the box.
 func (ch *Channel) Dial(id string) *driver.AgentDial {
-	return &driver.AgentDial{
-		Addr: ch.advertise, CertPEM: ch.certPEM, Sandbox: id,
-		Token: agentauth.Token(ch.tokenKey, id),
-	}
+	return driver.NewAgentDial(ch.advertise, ch.certPEM, id, agentauth.Token(ch.tokenKey, id))
 }
 
 // Refused returns how many connections were closed before they reached a
@@ -175,9 +184,18 @@ func (ch *Channel) handle(nc net.Conn, src netip.Addr) {
 	// The credential is checked whatever the id, so an unknown id and a
 	// wrong credential take the same time and look the same.
 	ok := agentauth.Verify(ch.tokenKey, h)
-	ch.mu.Lock()
-	r := ch.routes[h.Sandbox]
-	ch.mu.Unlock()
+	r := ch.route(h.Sandbox)
+	if ok && r == nil && ch.OnUnknown != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), ch.timeout)
+		adopted := ch.OnUnknown(ctx, h.Sandbox)
+		cancel()
+		if adopted {
+			r = ch.route(h.Sandbox)
+		}
+		if r != nil {
+			ch.log.Info("took the agent of a sandbox this daemon had no route for", "sandbox", h.Sandbox, "source", src.String())
+		}
+	}
 	if !ok || r == nil {
 		// h.Sandbox passed the hello's charset check: safe in a log line.
 		refuse("unknown sandbox or wrong credential", "sandbox", h.Sandbox)
@@ -186,6 +204,12 @@ func (ch *Channel) handle(nc net.Conn, src netip.Addr) {
 	if !r.deliver(tc) {
 		refuse("the sandbox is not listening", "sandbox", h.Sandbox)
 	}
+}
+
+func (ch *Channel) route(id string) *route {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.routes[id]
 }
 
 // Register returns the listener sandbox id's Conn accepts from (AddListener):

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +31,7 @@ func newChannel(t *testing.T, timeout ...time.Duration) *Channel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := NewChannel(ln, m, ln.Addr().String(), slog.New(slog.DiscardHandler))
+	ch := NewChannel(ln, m, []string{ln.Addr().String()}, slog.New(slog.DiscardHandler))
 	if len(timeout) > 0 {
 		ch.timeout = timeout[0]
 	}
@@ -208,4 +210,190 @@ type tlsDialer struct{ conf *tls.Config }
 
 func (d *tlsDialer) dial(addr string) (net.Conn, error) {
 	return tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, d.conf)
+}
+
+// adopter is a daemon's OnUnknown: it counts its calls and, for the ids
+// the store knows (known), registers a route with a Conn as the manager
+// does.
+type adopter struct {
+	t     *testing.T
+	ch    *Channel
+	known map[string]bool
+
+	mu    sync.Mutex
+	calls []string
+	conns map[string]*Conn
+}
+
+func newAdopter(t *testing.T, ch *Channel, known ...string) *adopter {
+	a := &adopter{t: t, ch: ch, known: map[string]bool{}, conns: map[string]*Conn{}}
+	for _, id := range known {
+		a.known[id] = true
+	}
+	ch.OnUnknown = a.adopt
+	return a
+}
+
+func (a *adopter) adopt(_ context.Context, id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls = append(a.calls, id)
+	if !a.known[id] {
+		return false
+	}
+	c := New(id, slog.New(slog.DiscardHandler))
+	ln, err := a.ch.Register(id)
+	if err == nil {
+		err = c.AddListener(ln, true)
+	}
+	if err != nil {
+		a.t.Errorf("adopt %s: %v", id, err)
+		return false
+	}
+	a.t.Cleanup(func() { c.Close() })
+	a.conns[id] = c
+	return true
+}
+
+func (a *adopter) calledFor() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.calls)
+}
+
+func (a *adopter) conn(id string) *Conn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.conns[id]
+}
+
+// wait returns id's Conn once the hook took its route.
+func (a *adopter) wait(id string) *Conn {
+	a.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.conn(id) == nil {
+		if time.Now().After(deadline) {
+			a.t.Fatalf("no route taken for %s (hook calls %v)", id, a.calledFor())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return a.conn(id)
+}
+
+// TestChannelAdoptsUnknownSandbox: an agent whose credential checks out
+// but whose sandbox has no route here (its session was on another daemon
+// of the set) is handed to OnUnknown once, which takes the route, and its
+// session comes up; after that the route is there and the hook is not
+// asked again. A wrong credential, a forged one or another sandbox's
+// never reach the hook (nor a store behind it), and an id the hook
+// refuses (a record gone) is refused.
+func TestChannelAdoptsUnknownSandbox(t *testing.T) {
+	t.Parallel()
+	ch := newChannel(t)
+	a := newAdopter(t, ch, "sb-elsewhere")
+	d := *ch.Dial("sb-elsewhere")
+	forged := agentauth.Token([]byte("not the daemon's key, not at all"), "sb-x")
+	for name, h := range map[string]agentauth.Hello{
+		"another sandbox's credential": {Sandbox: "sb-x", Token: d.Token},
+		"forged credential":            {Sandbox: "sb-x", Token: forged},
+		"wrong credential, known id":   {Sandbox: "sb-elsewhere", Token: forged},
+	} {
+		if !refused(t, rawHello(t, ch, d, h)) {
+			t.Errorf("%s: not refused", name)
+		}
+	}
+	if got := a.calledFor(); len(got) != 0 {
+		t.Fatalf("the hook was asked about %v before any credential checked out", got)
+	}
+
+	first := dialAgent(t, d, 21)
+	c := a.wait("sb-elsewhere")
+	waitPID(t, c, 21)
+	first.Close()
+	dialAgent(t, d, 22) // the agent comes back: the route is there now
+	waitPID(t, c, 22)
+	if got := a.calledFor(); !slices.Equal(got, []string{"sb-elsewhere"}) {
+		t.Errorf("hook calls %v, want one for sb-elsewhere", got)
+	}
+
+	gone := *ch.Dial("sb-gone")
+	if !refused(t, rawHello(t, ch, gone, agentauth.Hello{Sandbox: "sb-gone", Token: gone.Token})) {
+		t.Error("a sandbox the hook refused got a connection")
+	}
+	if got := a.calledFor(); !slices.Equal(got, []string{"sb-elsewhere", "sb-gone"}) {
+		t.Errorf("hook calls %v, want sb-elsewhere then sb-gone", got)
+	}
+}
+
+// channelSet serves n Channels on loopback with one material and every
+// listener advertised, as the daemons of a set are configured.
+func channelSet(t *testing.T, n int) []*Channel {
+	t.Helper()
+	m, err := agentauth.LoadOrCreate(filepath.Join(t.TempDir(), "agent-channel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lns []net.Listener
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	var chs []*Channel
+	for _, ln := range lns {
+		ch := NewChannel(ln, m, addrs, slog.New(slog.DiscardHandler))
+		served := make(chan error, 1)
+		go func() { served <- ch.Serve() }()
+		t.Cleanup(func() {
+			ch.Close()
+			if err := <-served; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+		chs = append(chs, ch)
+	}
+	return chs
+}
+
+// TestAgentRedialsToAnotherDaemon: a real agent (RunDialer with the dial
+// file of a set of two daemons) holds its session on the daemon that made
+// its sandbox; when that daemon goes (its listener and the session
+// closed), the agent's next dial reaches the other daemon, which had no
+// route for the sandbox and takes it.
+func TestAgentRedialsToAnotherDaemon(t *testing.T) {
+	t.Parallel()
+	chs := channelSet(t, 2)
+	first := routed(t, chs[0], "sb-a")
+	other := newAdopter(t, chs[1], "sb-a")
+	d := *chs[0].Dial("sb-a")
+	if got, want := d.Addresses(), []string{chs[0].Addr().String(), chs[1].Addr().String()}; !slices.Equal(got, want) {
+		t.Fatalf("dial file addresses %v, want %v", got, want)
+	}
+	dial, err := agent.TLSDialer(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() {
+		ran <- agent.RunDialer(ctx, dial, agentconntest.Healthy(wire.AgentHealth{Version: "test", PID: 31}, http.NotFoundHandler()), slog.New(slog.DiscardHandler))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("RunDialer: %v", err)
+		}
+	})
+	waitPID(t, first, 31)
+	if got := other.calledFor(); len(got) != 0 {
+		t.Errorf("the other daemon was asked about %v while the first held the session", got)
+	}
+
+	chs[0].Close()
+	first.Close()
+	waitPID(t, other.wait("sb-a"), 31)
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -30,11 +31,31 @@ func (c *Config) validateAgentChannel(bad func(key string, value any, format str
 		return bad("agent_listen", c.AgentListen, "must be host:port with a port from 0 to 65535: %v", err)
 	}
 	if c.AgentAdvertise != "" {
-		if host, port, err := splitListen(c.AgentAdvertise); err != nil || host == "" || port == 0 {
-			return bad("agent_advertise", c.AgentAdvertise, "must be host:port (a name or address agents can reach, and a port from 1 to 65535)")
+		// A list: the agent listeners of every daemon of a set, which
+		// agents try in turn (the same list on every daemon).
+		var addrs []string
+		for _, a := range strings.Split(c.AgentAdvertise, ",") {
+			a = strings.TrimSpace(a)
+			if host, port, err := splitListen(a); err != nil || host == "" || port == 0 {
+				return bad("agent_advertise", c.AgentAdvertise, "must be host:port, or several separated by commas (each a name or address agents can reach, and a port from 1 to 65535): %q is not", a)
+			}
+			if slices.Contains(addrs, a) {
+				return bad("agent_advertise", c.AgentAdvertise, "names %s twice", a)
+			}
+			addrs = append(addrs, a)
 		}
+		c.AgentAdvertise = strings.Join(addrs, ",")
 	}
 	return nil
+}
+
+// AgentAdvertiseAddrs are agent_advertise's addresses, in the order agents
+// try them (none when it is not set).
+func (c Config) AgentAdvertiseAddrs() []string {
+	if c.AgentAdvertise == "" {
+		return nil
+	}
+	return strings.Split(c.AgentAdvertise, ",")
 }
 
 // AgentTCP reports whether agents dial the daemon over TCP.

@@ -219,7 +219,7 @@ var settings = []setting{
 		func(c *Config) any { return &c.AgentChannel }},
 	{"agent_listen", kindString, "address (host:port) of the TCP agent channel's listener, when agent_channel is tcp",
 		func(c *Config) any { return &c.AgentListen }},
-	{"agent_advertise", kindString, "host:port sandboxes dial for the TCP agent channel (default: the egress network's gateway address with agent_listen's port; with driver kubernetes, agent_listen itself when it names an address)",
+	{"agent_advertise", kindString, "host:port sandboxes dial for the TCP agent channel, or several separated by commas that agents try in turn (the daemons of a set on one store, each configured with the same list) (default: the egress network's gateway address with agent_listen's port; with driver kubernetes, agent_listen itself when it names an address)",
 		func(c *Config) any { return &c.AgentAdvertise }},
 	{"log_level", kindString, "log level: debug, info, warn or error",
 		func(c *Config) any { return &c.LogLevel }},

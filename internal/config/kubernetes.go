@@ -127,11 +127,12 @@ func (c *Config) validateDriver(bad func(key string, value any, format string, a
 
 // KubeGateway is where the LLM gateway listens on the Kubernetes driver
 // and the host:port pods reach it at: egress_gateway_port on agent_listen's
-// host and on agent_advertise's host. Pods already reach the daemon there
-// (the agent channel), so the gateway asks no address of its own.
+// host and on agent_advertise's (its first address's, with several) host.
+// Pods already reach the daemon there (the agent channel), so the gateway
+// asks no address of its own.
 func (c Config) KubeGateway() (listen, advertise string) {
 	port := strconv.Itoa(c.Egress().GatewayPort)
 	lhost, _, _ := net.SplitHostPort(c.AgentListen)    // checked at load
-	ahost, _, _ := net.SplitHostPort(c.AgentAdvertise) // set and checked at load
+	ahost, _, _ := net.SplitHostPort(c.AgentAdvertiseAddrs()[0]) // set and checked at load
 	return net.JoinHostPort(lhost, port), net.JoinHostPort(ahost, port)
 }

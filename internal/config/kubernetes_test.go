@@ -107,6 +107,7 @@ func TestKubernetesBad(t *testing.T) {
 		{"kubeconfig", append(k8s, "--kubernetes-kubeconfig", "/nonexistent/kubeconfig"), "kubernetes_kubeconfig", "cannot be read"},
 		{"unix channel", append(k8s, "--agent-channel", "unix"), "agent_channel", "must be tcp"},
 		{"no advertise", []string{"--driver", "kubernetes"}, "agent_advertise", "must be set"},
+		{"bad advertise in a list", []string{"--driver", "kubernetes", "--agent-advertise", "10.244.0.1:8091,10.244.0.2"}, "agent_advertise", `"10.244.0.2" is not`},
 		{"listen on port 0", []string{"--driver", "kubernetes", "--agent-listen", "10.244.0.1:0"}, "agent_advertise", "must be set"},
 		{"idle pause", append(k8s, "--idle-timeout", "10m", "--idle-action", "pause"), "idle_action", "cannot pause"},
 		{"lifetime pause", append(k8s, "--max-lifetime", "1h", "--lifetime-action", "pause"), "lifetime_action", "cannot pause"},

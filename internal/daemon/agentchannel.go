@@ -51,12 +51,13 @@ func listenerPort(ln net.Listener) int {
 }
 
 // newAgentChannel serves the TCP agent channel on ln. Boxes dial
-// agent_advertise, or by default the egress network's gateway address
-// (the host as a box on this host reaches it) with the listener's port.
+// agent_advertise (each of its addresses in turn), or by default the
+// egress network's gateway address (the host as a box on this host
+// reaches it) with the listener's port.
 func newAgentChannel(cfg config.Config, ln net.Listener, m *agentauth.Material, gateway netip.Addr, log *slog.Logger) *agentconn.Channel {
-	advertise := cfg.AgentAdvertise
-	if advertise == "" {
-		advertise = net.JoinHostPort(gateway.String(), strconv.Itoa(listenerPort(ln)))
+	advertise := cfg.AgentAdvertiseAddrs()
+	if len(advertise) == 0 {
+		advertise = []string{net.JoinHostPort(gateway.String(), strconv.Itoa(listenerPort(ln)))}
 	}
 	log.Info("agent channel over TCP", "listen", ln.Addr().String(), "advertise", advertise)
 	return agentconn.NewChannel(ln, m, advertise, log)

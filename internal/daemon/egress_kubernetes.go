@@ -39,13 +39,17 @@ func kubeEgressConfig(cfg config.Config, log *slog.Logger) kubernetes.EgressConf
 		ec.NodeEnforced = true
 		ec.Resolver = netip.MustParseAddr(cfg.KubeEgressResolver) // checked at load
 	}
-	// The agent channel and the LLM gateway, in every mode's
-	// NetworkPolicy; a name there cannot be (NetworkPolicy takes
-	// addresses), so it is said.
-	ends := []struct{ what, addr string }{{"the agent channel", cfg.AgentAdvertise}}
+	// The agent channel (each daemon of a set) and the LLM gateway, in
+	// every mode's NetworkPolicy; a name there cannot be (NetworkPolicy
+	// takes addresses), so it is said.
+	type end struct{ what, addr string }
+	var ends []end
+	for _, a := range cfg.AgentAdvertiseAddrs() {
+		ends = append(ends, end{"the agent channel", a})
+	}
 	if kubeGatewayOn(cfg) {
 		_, gw := cfg.KubeGateway()
-		ends = append(ends, struct{ what, addr string }{"the LLM gateway", gw})
+		ends = append(ends, end{"the LLM gateway", gw})
 	}
 	for _, e := range ends {
 		if ap, err := netip.ParseAddrPort(e.addr); err == nil {

@@ -97,7 +97,7 @@ func newTCPChannel(t *testing.T, hostIP string) tcpChannel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := agentconn.NewChannel(ln, m, ln.Addr().String(), slog.New(slog.DiscardHandler))
+	ch := agentconn.NewChannel(ln, m, []string{ln.Addr().String()}, slog.New(slog.DiscardHandler))
 	go ch.Serve()
 	t.Cleanup(func() { ch.Close() })
 	return tcpChannel{ch}
