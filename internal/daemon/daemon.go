@@ -177,6 +177,11 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Sessions:       sessionsOpt(reg),
 	})
 	defer mgr.Close() // also when a later step of the start fails
+	if agentCh != nil {
+		// Any sandbox of the store, not only this daemon's: the agents
+		// of a daemon of the set that died redial here.
+		agentCh.OnUnknown = mgr.AdoptRoute
+	}
 	// Before Recover, which re-adopts the boxes of the pools it loads.
 	if err := mgr.ConfigurePools(ctx, cfg.PoolMap()); err != nil {
 		return fmt.Errorf("configure pools: %w", err)

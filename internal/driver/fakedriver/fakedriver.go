@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -194,6 +195,16 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if spec.Runtime == "" {
 		spec.Runtime = wire.RuntimeRunc
 	}
+	if spec.AgentDial != nil {
+		// In the run dir, as the Docker driver delivers it.
+		data, err := spec.AgentDial.Marshal()
+		if err == nil {
+			err = os.WriteFile(filepath.Join(spec.HostRunDir, driver.AgentDialFile), data, 0o600)
+		}
+		if err != nil {
+			return fmt.Errorf("create box %s: write the agent dial file: %w", spec.ID, err)
+		}
+	}
 	d.boxes[spec.ID] = &box{spec: spec, state: driver.BoxStopped}
 	return nil
 }
@@ -213,10 +224,13 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	done := make(chan struct{})
 	b.cancel, b.done, b.state, b.oom, b.exit = cancel, done, driver.BoxRunning, false, 0
 	sock := filepath.Join(b.spec.HostRunDir, driver.AgentSocket)
+	// As cmd/hotcell-agent dials: the TCP channel when the run dir has
+	// a dial file (Create wrote it), else the socket.
+	dial := agent.FileDialer(filepath.Join(b.spec.HostRunDir, driver.AgentDialFile), sock, slog.New(slog.DiscardHandler))
 	h := agent.NewHandler(agent.Options{Workspace: d.t.TempDir()})
 	go func() {
 		defer close(done)
-		_ = agent.Run(actx, sock, h, slog.New(slog.DiscardHandler))
+		_ = agent.RunDialer(actx, dial, h, slog.New(slog.DiscardHandler))
 	}()
 	return nil
 }

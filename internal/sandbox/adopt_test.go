@@ -1,0 +1,123 @@
+package sandbox
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/agentauth"
+	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/driver/fakedriver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// TestAgentMovesToALiveDaemon stands for two daemons of a set on one
+// PostgreSQL store, each with its TCP agent channel (one material, both
+// listeners advertised, A's first) whose OnUnknown is AdoptRoute, as the
+// daemon wires it. Boxes run real agents that dial as cmd/hotcell-agent
+// does (the dial file in the run dir).
+//
+//   - A create on B: its agent dials A first, which does not take a
+//     sandbox being created (it would leave B's create waiting): refused,
+//     the agent moves on to B and the create completes.
+//   - A sandbox made on A holds its session on A; when A goes (its
+//     listener and sessions closed) the agent redials B, which had no
+//     route for it and takes it: B's calls reach the box.
+func TestAgentMovesToALiveDaemon(t *testing.T) {
+	t.Parallel()
+	url := testenv.RequirePostgres(t)
+	mat, err := agentauth.LoadOrCreate(filepath.Join(t.TempDir(), "agent-channel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lns []net.Listener
+	var addrs []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	log := slog.New(slog.DiscardHandler)
+	type daemon struct {
+		m  *Manager
+		ch *agentconn.Channel
+	}
+	start := func(ln net.Listener) daemon {
+		// Short: the agent socket path must fit in 108 bytes.
+		dir, err := os.MkdirTemp("/tmp", "hcad")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		st, err := store.Open(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		ch := agentconn.NewChannel(ln, mat, addrs, log)
+		m := New(fakedriver.New(t), st, Options{DataDir: dir, AgentBinary: "/bin/true", ReadyTimeout: 20 * time.Second,
+			Log: log, AgentChannel: ch})
+		ch.OnUnknown = m.AdoptRoute
+		served := make(chan error, 1)
+		go func() { served <- ch.Serve() }()
+		t.Cleanup(func() {
+			m.Close()
+			ch.Close()
+			if err := <-served; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+		if err := m.Recover(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return daemon{m, ch}
+	}
+	a, b := start(lns[0]), start(lns[1])
+	ctx := t.Context()
+
+	onB, err := b.m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
+	if err != nil {
+		t.Fatalf("create on B: %v", err)
+	}
+	if a.ch.Refused() == 0 {
+		t.Error("A refused nothing: the agent of B's create did not try A first")
+	}
+	if _, err := a.m.Agent(ctx, onB.ID); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("A's agent connection of B's sandbox: got %v, want none (unavailable)", err)
+	}
+	if printenv(t, b.m, onB.ID, "PATH") == "" {
+		t.Error("exec through B in B's sandbox: no PATH")
+	}
+
+	sb, err := a.m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
+	if err != nil {
+		t.Fatalf("create on A: %v", err)
+	}
+	if printenv(t, a.m, sb.ID, "PATH") == "" {
+		t.Error("exec through A: no PATH")
+	}
+	if _, err := b.m.Agent(ctx, sb.ID); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("B's agent connection of A's sandbox while A holds it: got %v, want none (unavailable)", err)
+	}
+
+	// A goes as a daemon that stops does: its sessions, then its listener.
+	a.m.Close()
+	a.ch.Close()
+	waitFor(t, "B to take the agent of A's sandbox", func() bool {
+		_, err := b.m.Agent(ctx, sb.ID)
+		return err == nil
+	})
+	if printenv(t, b.m, sb.ID, "PATH") == "" {
+		t.Error("exec through B after A went: no PATH")
+	}
+}
