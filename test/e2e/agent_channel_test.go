@@ -3,12 +3,14 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -480,4 +482,57 @@ func TestHostileAgentChannel(t *testing.T) {
 		t.Errorf("idle connections: opened %d, the longest lived %d s (want cut at the 5 s handshake deadline)", opened, longest)
 	}
 	mustOK(t, run(t, d, hostile.ID, "true"), "the hostile sandbox's own agent still answers")
+}
+
+// TestAgentChannelAddressList: with agent_advertise a list (the daemons
+// of a set), each box's dial file names every address, the first also as
+// addr for older agents, and a real agent in a Docker box passes over an
+// address where no daemon answers (a port of the gateway address the
+// egress firewall does not open) to reach the listener: a box running
+// when the daemon restarts with the list comes back over TCP at its
+// redial, and a box made after connects over TCP.
+func TestAgentChannelAddressList(t *testing.T) {
+	d, port := startTCPDaemon(t)
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t)})
+	waitAgentTCP(t, d, sb.ID, port)
+	var before struct {
+		Addr string `json:"addr"`
+	}
+	if err := json.Unmarshal([]byte(mustOK(t, run(t, d, sb.ID, "cat /.hotcell/run/agent-dial.json"), "read the dial file")), &before); err != nil {
+		t.Fatal(err)
+	}
+	gw, _, err := net.SplitHostPort(before.Addr)
+	if err != nil {
+		t.Fatalf("dial file addr %q: %v", before.Addr, err)
+	}
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dead := net.JoinHostPort(gw, strconv.Itoa(deadPort))
+	live := net.JoinHostPort(gw, strconv.Itoa(port))
+
+	d.RestartWith("--agent-advertise", dead+", "+live)
+	waitAgentTCP(t, d, sb.ID, port)
+	var after struct {
+		Addr  string   `json:"addr"`
+		Addrs []string `json:"addrs"`
+	}
+	if err := json.Unmarshal([]byte(mustOK(t, run(t, d, sb.ID, "cat /.hotcell/run/agent-dial.json"), "read the dial file")), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Addr != dead || !slices.Equal(after.Addrs, []string{dead, live}) {
+		t.Errorf("dial file after the restart: addr %q addrs %q, want %q and [%s %s]", after.Addr, after.Addrs, dead, dead, live)
+	}
+	if got := mustOK(t, run(t, d, sb.ID, "echo back"), "exec after the restart"); got != "back\n" {
+		t.Errorf("exec after the restart: %q", got)
+	}
+
+	made := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t)})
+	waitAgentTCP(t, d, made.ID, port)
+	if got := mustOK(t, run(t, d, made.ID, "echo new"), "exec in a box made with the list"); got != "new\n" {
+		t.Errorf("exec in a box made with the list: %q", got)
+	}
 }
