@@ -70,8 +70,10 @@ type Sandboxes interface {
 	Agent(ctx context.Context, id string) (*agentconn.Conn, error)
 	// Hold keeps the sandbox's lifecycle and reconciler still until the
 	// returned func is called, while the box is changed outside the state
-	// machine (the engine pauses it for a commit).
-	Hold(id string) func()
+	// machine (the engine pauses it for a commit). It fails when ctx
+	// ends first, or when the lock among the daemons of a set cannot be
+	// taken.
+	Hold(ctx context.Context, id string) (func(), error)
 	// Event records an event in the sandbox's event log (backed-up,
 	// restored, snapshot); it never fails the operation.
 	Event(ctx context.Context, id, typ, message string, fields map[string]string)

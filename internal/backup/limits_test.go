@@ -80,7 +80,9 @@ func (fakeSandboxes) Get(_ context.Context, id string) (wire.Sandbox, error) {
 func (fakeSandboxes) Agent(context.Context, string) (*agentconn.Conn, error) {
 	return nil, errdefs.ErrConflict
 }
-func (fakeSandboxes) Hold(string) func()                                               { return func() {} }
+func (fakeSandboxes) Hold(context.Context, string) (func(), error) {
+	return func() {}, nil
+}
 func (fakeSandboxes) Event(context.Context, string, string, string, map[string]string) {}
 
 func newTestService(t *testing.T, l Limits, free func() int64) (*Service, *memStore) {

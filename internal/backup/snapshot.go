@@ -104,7 +104,12 @@ func (s *Service) Capture(ctx context.Context, sandboxID, ref string, labels map
 	}
 	// The engine pauses the box during the commit; without the hold the
 	// reconciler would record that pause as the sandbox's state.
-	release := s.sandboxes.Hold(sandboxID)
+	release, err := s.sandboxes.Hold(ctx, sandboxID)
+	if err != nil {
+		_ = s.remove(ctx, b)
+		s.failed(ctx, sandboxID, err)
+		return c, err
+	}
 	err = snap.Commit(ctx, sandboxID, ref, all)
 	release()
 	if err != nil {

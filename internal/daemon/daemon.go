@@ -174,6 +174,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Templates:      tpls,
 		AgentChannel:   agentChannelOpt(agentCh),
 		Elector:        loopsElector(cfg, st, log),
+		Locks:          sandboxLocks(cfg, st, log),
 		Sessions:       sessionsOpt(reg),
 	})
 	defer mgr.Close() // also when a later step of the start fails

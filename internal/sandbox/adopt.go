@@ -22,9 +22,10 @@ import (
 // the agent first and waits for it there: taking the agent here would
 // leave that daemon waiting; refused, the agent dials its next address.
 // A record gone or destroyed is refused, as is a sandbox a lifecycle
-// operation of this daemon holds (it listens itself if it needs to).
+// operation holds, of this daemon or, with Options.Locks, of another (it
+// listens itself if it needs to).
 func (m *Manager) AdoptRoute(ctx context.Context, id string) bool {
-	unlock, ok := m.lockNow(id)
+	unlock, ok := m.lockNow(ctx, id)
 	if !ok {
 		return false
 	}

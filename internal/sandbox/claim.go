@@ -82,7 +82,10 @@ func (m *Manager) claim(ctx context.Context, req wire.CreateSandboxRequest, co C
 // box under another identity: it had none. A failure after the box became
 // the claimer's removes it, as a failed create does.
 func (m *Manager) claimBox(ctx context.Context, clock *stepClock, id string, req wire.CreateSandboxRequest, co CreateOptions, egress *wire.EgressPolicy, limits wire.Limits, progress driver.Progress) (wire.Sandbox, error) {
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	// As a create: it finishes or cleans up, whoever hangs up.
 	ctx, endDetached, err := m.opts.Ops.Detach(ctx)
@@ -311,7 +314,13 @@ func (m *Manager) createPooled(ctx context.Context, name string, t wire.Template
 	ps.mu.Lock()
 	ps.members[sb.ID] = true
 	ps.mu.Unlock()
-	unlock := m.lock(sb.ID)
+	unlock, err := m.lock(ctx, sb.ID)
+	if err != nil {
+		ps.mu.Lock()
+		delete(ps.members, sb.ID)
+		ps.mu.Unlock()
+		return "", err
+	}
 	defer unlock()
 	fail := func(err error) (string, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)

@@ -94,7 +94,7 @@ func TestDestroyInBackground(t *testing.T) {
 		t.Fatalf("kills: %d, want 1", drv.kills.Load())
 	}
 	gone(sb.ID)
-	m.Hold(sb.ID)() // the removal holds the lock until it is done
+	hold(t, m, sb.ID) // the removal holds the lock until it is done
 	if _, err := st.Get(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("record after the removal: %v, want none", err)
 	}
@@ -111,7 +111,7 @@ func TestDestroyInBackground(t *testing.T) {
 	if err := m.Destroy(ctx, sb.ID); err != nil {
 		t.Fatalf("destroy: %v (the answer does not wait for the removal)", err)
 	}
-	m.Hold(sb.ID)()
+	hold(t, m, sb.ID)
 	gone(sb.ID)
 	if rec, err := st.Get(ctx, sb.ID); err != nil || rec.State != wire.StateDestroyed {
 		t.Fatalf("record after a failed removal: %v, %v; want it kept, destroyed", rec.State, err)
@@ -134,4 +134,14 @@ func TestDestroyInBackground(t *testing.T) {
 	if err := m.Destroy(ctx, sb.ID); err != nil {
 		t.Errorf("destroy of a removed sandbox: %v", err)
 	}
+}
+
+// hold waits for sandbox id's lock and releases it.
+func hold(t *testing.T, m *Manager, id string) {
+	t.Helper()
+	release, err := m.Hold(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
 }

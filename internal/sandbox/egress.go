@@ -138,7 +138,10 @@ func (m *Manager) SetEgress(ctx context.Context, id string, p wire.EgressPolicy)
 	if err != nil {
 		return wire.Sandbox{}, err
 	}
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	sb, err := m.getLive(ctx, id)
 	if err != nil {

@@ -70,7 +70,10 @@ func (m *Manager) RotateGateway(ctx context.Context, id, provider string) (wire.
 	if m.opts.Gateway == nil {
 		return wire.GatewayCredential{}, fmt.Errorf("llm gateway: %w", errdefs.ErrNotImplemented)
 	}
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.GatewayCredential{}, err
+	}
 	defer unlock()
 	sb, err := m.getLive(ctx, id)
 	if err != nil {
@@ -125,7 +128,10 @@ func (m *Manager) writeFile(ctx context.Context, id, file string, data []byte) e
 // RevokeGateway removes a provider from a sandbox: its token stops working
 // at once (the variable stays in the box's env, useless).
 func (m *Manager) RevokeGateway(ctx context.Context, id, provider string) (wire.Sandbox, error) {
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	sb, err := m.getLive(ctx, id)
 	if err != nil {

@@ -110,10 +110,27 @@ type Options struct {
 	// PoolStore and Templates, both set, turn warm pools on (pool.go).
 	PoolStore PoolStore
 	Templates TemplateSource
+	// Locks, when set, takes each sandbox's lifecycle lock among the
+	// daemons sharing the store too (leader.Locks on its leases), beside
+	// the lock in this process: a stopped sandbox has no agent session
+	// whose daemon every call for it is sent to, so two daemons could
+	// otherwise start it, or start and destroy it, at once. Nil (a daemon
+	// alone on its store): the lock is this process's only, with no
+	// round trip to the store.
+	Locks Locker
 	// AgentChannel, when set, is the daemon's TCP listener for agents
 	// (agentconn.Channel): every sandbox's agent is told to dial it, and
 	// its Conn accepts from it beside the run dir's socket.
 	AgentChannel AgentChannel
+}
+
+// Locker is a lock by name among the daemons sharing a store
+// (leader.Locks).
+type Locker interface {
+	// Lock waits for name until ctx ends; unlock releases it.
+	Lock(ctx context.Context, name string) (unlock func(), err error)
+	// TryLock takes name only if nobody holds it, without waiting.
+	TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error)
 }
 
 // AgentChannel is the agent channel across hosts, as the manager uses it.
@@ -177,14 +194,35 @@ func New(drv driver.Driver, st Store, opts Options) *Manager {
 	}
 }
 
-// lock serialises lifecycle operations on one sandbox.
-func (m *Manager) lock(id string) func() { return m.locks.Lock(id) }
+// lock serialises lifecycle operations on one sandbox: in this process,
+// and with Options.Locks among the daemons sharing the store too (the
+// in-process lock first, so a daemon asks the store for a sandbox once at
+// a time). It fails when ctx ends while it waits for another daemon, or
+// when the store cannot be asked.
+func (m *Manager) lock(ctx context.Context, id string) (func(), error) {
+	unlock := m.locks.Lock(id)
+	if m.opts.Locks == nil {
+		return unlock, nil
+	}
+	release, err := m.opts.Locks.Lock(ctx, lockName(id))
+	if err != nil {
+		unlock()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("sandbox %s: wait for another daemon's operation: %w", id, err)
+		}
+		return nil, fmt.Errorf("sandbox %s: take its lock in the store: %w", id, errors.Join(errdefs.ErrUnavailable, err))
+	}
+	return func() { release(); unlock() }, nil
+}
+
+// lockName is the name of sandbox id's lock among the daemons of a set.
+func lockName(id string) string { return "sandbox-" + id }
 
 // Hold takes sandbox id's lifecycle lock until the returned func is called:
 // transitions wait and the reconciler skips the sandbox meanwhile. Callers
 // use it while the box is changed outside the state machine, such as the
 // engine's pause during a snapshot commit.
-func (m *Manager) Hold(id string) func() { return m.lock(id) }
+func (m *Manager) Hold(ctx context.Context, id string) (func(), error) { return m.lock(ctx, id) }
 
 func (m *Manager) runDir(id string) string {
 	return filepath.Join(m.opts.DataDir, "sandboxes", id, "run")
@@ -365,7 +403,10 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 		Runtime:   runtime,
 		Template:  co.Template,
 	}
-	unlock := m.lock(sb.ID)
+	unlock, err := m.lock(ctx, sb.ID)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	log := m.log.With("sandbox", sb.ID)
 
@@ -632,7 +673,10 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		return err
 	}
 	defer end()
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return err
+	}
 	handedOff := false
 	defer func() {
 		if !handedOff {
@@ -840,7 +884,10 @@ func (m *Manager) finishDestroy(ctx context.Context, id string) {
 // Start brings a stopped sandbox back with the same root filesystem and
 // workspace.
 func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	sb, err := m.getVisible(ctx, id)
 	if err != nil {
@@ -885,7 +932,10 @@ func (m *Manager) Stop(ctx context.Context, id string) (wire.Sandbox, error) {
 // stop stops a running sandbox and records reason (empty for a stop that
 // was asked for) as the sandbox's error.
 func (m *Manager) stop(ctx context.Context, id, reason string) (wire.Sandbox, error) {
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	sb, err := m.getVisible(ctx, id)
 	if err != nil {

@@ -16,7 +16,10 @@ func (m *Manager) Pause(ctx context.Context, id string) (wire.Sandbox, error) {
 	if !ok {
 		return wire.Sandbox{}, fmt.Errorf("pause sandbox %s: the driver cannot pause: %w", id, errdefs.ErrNotImplemented)
 	}
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	sb, err := m.getLive(ctx, id)
 	if err != nil {
@@ -50,7 +53,10 @@ func (m *Manager) Resume(ctx context.Context, id string) (wire.Sandbox, error) {
 	if !ok {
 		return wire.Sandbox{}, fmt.Errorf("resume sandbox %s: the driver cannot pause: %w", id, errdefs.ErrNotImplemented)
 	}
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	sb, err := m.getLive(ctx, id)
 	if err != nil {

@@ -616,7 +616,11 @@ func (m *Manager) refillOne(ctx context.Context, name string, t wire.Template, t
 // removePooled destroys a box a pool held, logging no event: no user
 // ever owned it.
 func (m *Manager) removePooled(ctx context.Context, id string) {
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		m.log.Warn("remove a pooled box", "sandbox", id, "err", err)
+		return
+	}
 	defer unlock()
 	if err := m.teardown(ctx, id); err != nil {
 		m.log.Warn("remove a pooled box", "sandbox", id, "err", err)

@@ -12,7 +12,10 @@ import (
 // SetPortPublic records whether the preview of port needs a token. The
 // record outlives daemon restarts; the preview proxy reads it per request.
 func (m *Manager) SetPortPublic(ctx context.Context, id string, port int, public bool) (wire.Sandbox, error) {
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	sb, err := m.getLive(ctx, id)
 	if err != nil {

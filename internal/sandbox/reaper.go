@@ -259,7 +259,10 @@ func (m *Manager) fire(ctx context.Context, sb wire.Sandbox, kind, action string
 }
 
 func (m *Manager) clearExpiry(ctx context.Context, id string) error {
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return err
+	}
 	defer unlock()
 	sb, err := m.store.Get(ctx, id)
 	if err != nil {

@@ -155,7 +155,7 @@ func (m *Manager) reconcileOrphans(ctx context.Context, now time.Time) {
 		if _, err := m.store.Get(ctx, id); err == nil {
 			continue
 		}
-		unlock, ok := m.lockNow(id)
+		unlock, ok := m.lockNow(ctx, id)
 		if !ok {
 			seen[id] = true // in flight: neither reported nor forgotten
 			continue
@@ -258,7 +258,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 		if sb.State == wire.StateDestroyed {
 			// A destroy answered whose removal failed (or is under way:
 			// then its lock is held and it is left alone).
-			if unlock, ok := m.lockNow(sb.ID); ok {
+			if unlock, ok := m.lockNow(ctx, sb.ID); ok {
 				if cur, err := m.store.Get(ctx, sb.ID); err == nil && cur.State == wire.StateDestroyed {
 					m.finishDestroy(ctx, sb.ID)
 				}
@@ -301,12 +301,33 @@ func (m *Manager) engineWentDown(ctx context.Context) bool {
 }
 
 // lockNow takes sandbox id's lock only if nobody holds it: a sandbox in the
-// middle of an operation is reconciled next round.
-func (m *Manager) lockNow(id string) (func(), bool) { return m.locks.TryLock(id) }
+// middle of an operation is reconciled next round. With Options.Locks it
+// asks the store once (bounded by lockNowTimeout), never waiting for
+// another daemon's operation either.
+func (m *Manager) lockNow(ctx context.Context, id string) (func(), bool) {
+	unlock, ok := m.locks.TryLock(id)
+	if !ok || m.opts.Locks == nil {
+		return unlock, ok
+	}
+	ctx, cancel := context.WithTimeout(ctx, lockNowTimeout)
+	defer cancel()
+	release, ok, err := m.opts.Locks.TryLock(ctx, lockName(id))
+	if err != nil {
+		m.log.Warn("take a sandbox's lock in the store", "sandbox", id, "err", err)
+	}
+	if !ok {
+		unlock()
+		return nil, false
+	}
+	return func() { release(); unlock() }, true
+}
+
+// lockNowTimeout bounds lockNow's question to the store.
+const lockNowTimeout = 5 * time.Second
 
 // reconcileOne brings one running or paused record in line with its box.
 func (m *Manager) reconcileOne(ctx context.Context, id string, engineRestarted bool) {
-	unlock, ok := m.lockNow(id)
+	unlock, ok := m.lockNow(ctx, id)
 	if !ok {
 		return
 	}

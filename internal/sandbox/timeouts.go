@@ -132,7 +132,10 @@ func (m *Manager) SetTimeouts(ctx context.Context, id string, req wire.SetTimeou
 	if err := ValidateSetTimeouts(req); err != nil {
 		return wire.Sandbox{}, err
 	}
-	unlock := m.lock(id)
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return wire.Sandbox{}, err
+	}
 	defer unlock()
 	sb, err := m.getLive(ctx, id)
 	if err != nil {
