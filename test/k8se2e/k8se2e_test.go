@@ -41,14 +41,14 @@ type kubeDaemon struct {
 // imported into the cluster (no registry: pull policy Never). The agent
 // channel listens on the host's address on the pods' bridge, at a port
 // fixed for the daemon's life so that a restart listens where its pods
-// were told to dial.
-func startKubeDaemon(t *testing.T) *kubeDaemon {
+// were told to dial. extra are more `hotcell serve` flags.
+func startKubeDaemon(t *testing.T, extra ...string) *kubeDaemon {
 	t.Helper()
 	env := testk8s.Cluster(t)
 	prepareImages(t, env)
 	ns := env.Namespace(t)
 	port := freePort(t, env.HostIP)
-	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{
+	d := testdaemon.StartWith(t, testdaemon.Options{Args: append([]string{
 		"--driver", "kubernetes",
 		"--kubernetes-kubeconfig", env.Kubeconfig,
 		"--kubernetes-namespace", ns,
@@ -62,7 +62,7 @@ func startKubeDaemon(t *testing.T) *kubeDaemon {
 		// of 1 CPU a box, a third pod (one still terminating is counted)
 		// would wait as "Insufficient cpu".
 		"--default-limits", "cpus=0.25",
-	}})
+	}, extra...)})
 	t.Cleanup(d.Close)
 	return &kubeDaemon{Daemon: d, k8s: env, namespace: ns}
 }
