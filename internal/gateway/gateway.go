@@ -30,7 +30,7 @@ type Store interface {
 	PutGatewayToken(ctx context.Context, t store.GatewayToken) error
 	DeleteGatewayTokens(ctx context.Context, sandboxID, provider string) error
 	ListGatewayTokens(ctx context.Context) ([]store.GatewayToken, error)
-	PutGatewayUsage(ctx context.Context, us []store.GatewayUsage) error
+	AddGatewayUsage(ctx context.Context, us []store.GatewayUsage) ([]store.GatewayUsage, error)
 	ListGatewayUsage(ctx context.Context) ([]store.GatewayUsage, error)
 	DeleteGatewayUsage(ctx context.Context, sandboxID string) error
 }
@@ -170,7 +170,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	for _, u := range us {
-		g.usage[key{u.SandboxID, u.Provider}] = &counters{c: u.GatewayCounters}
+		g.usage[key{u.SandboxID, u.Provider}] = &counters{c: u.GatewayCounters, stored: u.GatewayCounters}
 	}
 	return g, nil
 }
@@ -482,20 +482,38 @@ func (g *Gateway) Flush(ctx context.Context) error {
 	g.flushMu.Lock()
 	defer g.flushMu.Unlock()
 	g.mu.RLock()
-	var us []store.GatewayUsage
-	var dirty []*counters
+	var (
+		us  []store.GatewayUsage
+		cs  []*counters
+		ats []store.GatewayCounters
+	)
 	for k, c := range g.usage {
-		if snap, ok := c.takeDirty(); ok {
-			us = append(us, store.GatewayUsage{SandboxID: k.sandbox, Provider: k.provider, GatewayCounters: snap})
-			dirty = append(dirty, c)
+		if delta, at, ok := c.unwritten(); ok {
+			us = append(us, store.GatewayUsage{SandboxID: k.sandbox, Provider: k.provider, GatewayCounters: delta})
+			cs = append(cs, c)
+			ats = append(ats, at)
 		}
 	}
 	g.mu.RUnlock()
-	if err := g.opts.Store.PutGatewayUsage(ctx, us); err != nil {
-		for _, c := range dirty {
-			c.markDirty()
-		}
+	// Added, not written over: the daemons of a set each add what they
+	// counted, and each learns the sum from the answer. A failed write
+	// changes nothing here: its counts are added at the next.
+	totals, err := g.opts.Store.AddGatewayUsage(ctx, us)
+	if err != nil {
 		return err
+	}
+	byKey := make(map[key]store.GatewayCounters, len(totals))
+	for _, t := range totals {
+		byKey[key{t.SandboxID, t.Provider}] = t.GatewayCounters
+	}
+	for i, u := range us {
+		total, ok := byKey[key{u.SandboxID, u.Provider}]
+		if !ok {
+			// The sandbox is gone (another daemon destroyed it): its
+			// counts went with it.
+			total = ats[i]
+		}
+		cs[i].written(ats[i], total)
 	}
 	return nil
 }

@@ -238,10 +238,15 @@ func (u *usageParser) parseJSON() {
 // counters are one sandbox's use of one provider, and its rate bucket.
 type counters struct {
 	mu sync.Mutex
-	c  store.GatewayCounters
+	// c is the total as this daemon knows it: the store's total at the
+	// last write (which has every daemon's counts added), and what this
+	// daemon counted since.
+	c store.GatewayCounters
+	// stored is the store's total at the last write (or load): c - stored
+	// is what this daemon counted and has not added to the store yet.
+	stored store.GatewayCounters
 	// reserved is what the calls in flight hold of the token budget.
 	reserved int64
-	dirty    bool
 	bucket   float64
 	filled   time.Time
 }
@@ -264,7 +269,6 @@ func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 	defer c.mu.Unlock()
 	if p.budgetRequests > 0 && c.c.Requests >= p.budgetRequests {
 		c.c.Rejected++
-		c.dirty = true
 		return &rejection{code: "budget_exceeded", budget: "requests", limit: p.budgetRequests, used: c.c.Requests,
 			message: fmt.Sprintf("request budget of this sandbox for provider %s is used up: %d of %d requests", p.name, c.c.Requests, p.budgetRequests)}
 	}
@@ -272,7 +276,6 @@ func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 		held := c.c.TotalTokens + c.reserved
 		if held >= p.budgetTokens {
 			c.c.Rejected++
-			c.dirty = true
 			msg := fmt.Sprintf("token budget of this sandbox for provider %s is used up: %d of %d tokens", p.name, c.c.TotalTokens, p.budgetTokens)
 			if c.reserved > 0 {
 				msg = fmt.Sprintf("token budget of this sandbox for provider %s is used up or held by requests in flight: %d of %d tokens used, %d reserved", p.name, c.c.TotalTokens, p.budgetTokens, c.reserved)
@@ -281,7 +284,6 @@ func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 		}
 		if left := p.budgetTokens - held; reserve > left+p.defaultMax {
 			c.c.Rejected++
-			c.dirty = true
 			return &rejection{code: "budget_exceeded", budget: "tokens", limit: p.budgetTokens, used: c.c.TotalTokens,
 				message: fmt.Sprintf("this request may use up to %d tokens (its input, estimated as body bytes / 4, and its max_tokens), more than the %d left of the token budget of this sandbox for provider %s: lower max_tokens", reserve, left, p.name)}
 		}
@@ -298,7 +300,6 @@ func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 		c.filled = now
 		if c.bucket < 1 {
 			c.c.Rejected++
-			c.dirty = true
 			wait := time.Duration((1 - c.bucket) / perSec * float64(time.Second))
 			return &rejection{code: "rate_limited", budget: "rate", limit: p.rate, used: int64(float64(p.rate) - c.bucket),
 				message:    fmt.Sprintf("rate limit of this sandbox for provider %s: %d requests per minute; retry in %s", p.name, p.rate, wait.Round(time.Millisecond)),
@@ -308,7 +309,6 @@ func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 	}
 	c.c.Requests++
 	c.reserved += reserve
-	c.dirty = true
 	return nil
 }
 
@@ -316,7 +316,6 @@ func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 func (c *counters) reject() {
 	c.mu.Lock()
 	c.c.Rejected++
-	c.dirty = true
 	c.mu.Unlock()
 }
 
@@ -334,21 +333,42 @@ func (c *counters) settle(reserve, in, out int64, u usage, failed bool) {
 	if failed {
 		c.c.Errors++
 	}
-	c.dirty = true
 }
 
-func (c *counters) takeDirty() (store.GatewayCounters, bool) {
+// unwritten returns what this daemon counted and has not added to the
+// store, and the counters as they are now (for written); ok is false
+// when it counted nothing.
+func (c *counters) unwritten() (delta, at store.GatewayCounters, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := c.dirty
-	c.dirty = false
-	return c.c, d
+	delta = subCounters(c.c, c.stored)
+	return delta, c.c, delta != store.GatewayCounters{}
 }
 
-func (c *counters) markDirty() {
+// written takes the store's total after unwritten's delta was added to
+// it, at being the counters unwritten returned: what was counted since
+// stays on top, to be added at the next write.
+func (c *counters) written(at, total store.GatewayCounters) {
 	c.mu.Lock()
-	c.dirty = true
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	c.c = addCounters(total, subCounters(c.c, at))
+	c.stored = total
+}
+
+func addCounters(a, b store.GatewayCounters) store.GatewayCounters {
+	return store.GatewayCounters{
+		Requests: a.Requests + b.Requests, Rejected: a.Rejected + b.Rejected, Errors: a.Errors + b.Errors,
+		BytesIn: a.BytesIn + b.BytesIn, BytesOut: a.BytesOut + b.BytesOut,
+		InputTokens: a.InputTokens + b.InputTokens, OutputTokens: a.OutputTokens + b.OutputTokens, TotalTokens: a.TotalTokens + b.TotalTokens,
+	}
+}
+
+func subCounters(a, b store.GatewayCounters) store.GatewayCounters {
+	return store.GatewayCounters{
+		Requests: a.Requests - b.Requests, Rejected: a.Rejected - b.Rejected, Errors: a.Errors - b.Errors,
+		BytesIn: a.BytesIn - b.BytesIn, BytesOut: a.BytesOut - b.BytesOut,
+		InputTokens: a.InputTokens - b.InputTokens, OutputTokens: a.OutputTokens - b.OutputTokens, TotalTokens: a.TotalTokens - b.TotalTokens,
+	}
 }
 
 func (c *counters) snapshot() store.GatewayCounters {

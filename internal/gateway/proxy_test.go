@@ -84,8 +84,15 @@ func getenv(k string) string {
 // newEnv runs a gateway with a real store in front of a fake upstream.
 func newEnv(t *testing.T, mod func(*config.Provider), opt func(*Options)) *env {
 	t.Helper()
-	e := &env{t: t, up: gatewaytest.New(t), log: &syncBuffer{}}
-	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), "db"))
+	return newEnvAt(t, filepath.Join(t.TempDir(), "db"), gatewaytest.New(t), mod, opt)
+}
+
+// newEnvAt runs a gateway on the store at target in front of up: two of
+// them on one PostgreSQL database are two daemons of a set.
+func newEnvAt(t *testing.T, target string, up *gatewaytest.Upstream, mod func(*config.Provider), opt func(*Options)) *env {
+	t.Helper()
+	e := &env{t: t, up: up, log: &syncBuffer{}}
+	st, err := store.Open(t.Context(), target)
 	if err != nil {
 		t.Fatal(err)
 	}

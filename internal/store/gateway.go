@@ -2,7 +2,8 @@ package store
 
 import (
 	"context"
-	"encoding/json"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -83,33 +84,63 @@ func (s *Store) ListGatewayTokens(ctx context.Context) ([]GatewayToken, error) {
 	return out, rows.Err()
 }
 
-// PutGatewayUsage writes the counters of several sandbox-and-provider
-// pairs in one transaction. Counters of sandboxes that no longer exist are
-// skipped, so a write racing a destroy leaves nothing behind.
-func (s *Store) PutGatewayUsage(ctx context.Context, us []GatewayUsage) error {
+// usageColumns are GatewayCounters' columns in gateway_usage_totals, in
+// the order of its fields.
+const usageColumns = `requests, rejected, errors, bytes_in, bytes_out, input_tokens, output_tokens, total_tokens`
+
+func (c *GatewayCounters) fields() []any {
+	return []any{&c.Requests, &c.Rejected, &c.Errors, &c.BytesIn, &c.BytesOut, &c.InputTokens, &c.OutputTokens, &c.TotalTokens}
+}
+
+// AddGatewayUsage adds the counts of several sandbox-and-provider pairs
+// to their totals, in one transaction, and returns the totals it left:
+// what every daemon of a set counted, each adding its own. Counts of
+// sandboxes that no longer exist are skipped (and have no total), so a
+// write racing a destroy leaves nothing behind.
+func (s *Store) AddGatewayUsage(ctx context.Context, us []GatewayUsage) ([]GatewayUsage, error) {
 	if len(us) == 0 {
-		return nil
+		return nil, nil
 	}
-	return s.inTx(ctx, func(tx *txn) error {
+	var out []GatewayUsage
+	err := s.inTx(ctx, func(tx *txn) error {
+		out = out[:0]
 		for _, u := range us {
-			doc, err := json.Marshal(u.GatewayCounters)
+			d := u.GatewayCounters
+			args := append([]any{u.SandboxID, u.Provider}, d.Requests, d.Rejected, d.Errors, d.BytesIn, d.BytesOut, d.InputTokens, d.OutputTokens, d.TotalTokens, u.SandboxID)
+			t := GatewayUsage{SandboxID: u.SandboxID, Provider: u.Provider}
+			// One statement: the row's lock (PostgreSQL) or the write
+			// lock (SQLite) orders the daemons adding to one total.
+			err := tx.QueryRowContext(ctx, `INSERT INTO gateway_usage_totals (sandbox_id, provider, `+usageColumns+`)
+				SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)
+				ON CONFLICT (sandbox_id, provider) DO UPDATE SET
+					requests = gateway_usage_totals.requests + excluded.requests,
+					rejected = gateway_usage_totals.rejected + excluded.rejected,
+					errors = gateway_usage_totals.errors + excluded.errors,
+					bytes_in = gateway_usage_totals.bytes_in + excluded.bytes_in,
+					bytes_out = gateway_usage_totals.bytes_out + excluded.bytes_out,
+					input_tokens = gateway_usage_totals.input_tokens + excluded.input_tokens,
+					output_tokens = gateway_usage_totals.output_tokens + excluded.output_tokens,
+					total_tokens = gateway_usage_totals.total_tokens + excluded.total_tokens
+				RETURNING `+usageColumns, args...).Scan(t.fields()...)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
 			if err != nil {
-				return err
+				return fmt.Errorf("add gateway usage of sandbox %q: %w", u.SandboxID, err)
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO gateway_usage (sandbox_id, provider, doc)
-				SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)
-				ON CONFLICT (sandbox_id, provider) DO UPDATE SET doc = excluded.doc`,
-				u.SandboxID, u.Provider, string(doc), u.SandboxID); err != nil {
-				return fmt.Errorf("record gateway usage of sandbox %q: %w", u.SandboxID, err)
-			}
+			out = append(out, t)
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // ListGatewayUsage returns every recorded counter set.
 func (s *Store) ListGatewayUsage(ctx context.Context) ([]GatewayUsage, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, provider, doc FROM gateway_usage`)
+	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, provider, `+usageColumns+` FROM gateway_usage_totals`)
 	if err != nil {
 		return nil, fmt.Errorf("list gateway usage: %w", err)
 	}
@@ -117,12 +148,8 @@ func (s *Store) ListGatewayUsage(ctx context.Context) ([]GatewayUsage, error) {
 	var out []GatewayUsage
 	for rows.Next() {
 		var u GatewayUsage
-		var doc string
-		if err := rows.Scan(&u.SandboxID, &u.Provider, &doc); err != nil {
+		if err := rows.Scan(append([]any{&u.SandboxID, &u.Provider}, u.fields()...)...); err != nil {
 			return nil, fmt.Errorf("list gateway usage: %w", err)
-		}
-		if err := json.Unmarshal([]byte(doc), &u.GatewayCounters); err != nil {
-			return nil, fmt.Errorf("decode gateway usage of sandbox %q: %w", u.SandboxID, err)
 		}
 		out = append(out, u)
 	}
@@ -131,7 +158,7 @@ func (s *Store) ListGatewayUsage(ctx context.Context) ([]GatewayUsage, error) {
 
 // DeleteGatewayUsage removes the counters of a sandbox.
 func (s *Store) DeleteGatewayUsage(ctx context.Context, sandboxID string) error {
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM gateway_usage WHERE sandbox_id = ?`, sandboxID); err != nil {
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM gateway_usage_totals WHERE sandbox_id = ?`, sandboxID); err != nil {
 		return fmt.Errorf("delete gateway usage of sandbox %q: %w", sandboxID, err)
 	}
 	return nil

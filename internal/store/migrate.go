@@ -149,6 +149,33 @@ var migrations = []string{
 		sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes (id) ON DELETE CASCADE,
 		doc        TEXT NOT NULL
 	) WITHOUT ROWID;`,
+	// 13: the gateway's usage counters as columns, so that each daemon of
+	// a set adds what it counted in SQL rather than writing totals over
+	// another's (see gateway.go). The documents of gateway_usage are
+	// copied, and that table is left empty and unused: emptied rather
+	// than dropped, the migration can run again.
+	`CREATE TABLE IF NOT EXISTS gateway_usage_totals (
+		sandbox_id    TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+		provider      TEXT NOT NULL,
+		requests      INTEGER NOT NULL,
+		rejected      INTEGER NOT NULL,
+		errors        INTEGER NOT NULL,
+		bytes_in      INTEGER NOT NULL,
+		bytes_out     INTEGER NOT NULL,
+		input_tokens  INTEGER NOT NULL,
+		output_tokens INTEGER NOT NULL,
+		total_tokens  INTEGER NOT NULL,
+		PRIMARY KEY (sandbox_id, provider)
+	) WITHOUT ROWID;
+	INSERT INTO gateway_usage_totals
+		SELECT sandbox_id, provider,
+			COALESCE(json_extract(doc, '$.requests'), 0), COALESCE(json_extract(doc, '$.rejected'), 0),
+			COALESCE(json_extract(doc, '$.errors'), 0), COALESCE(json_extract(doc, '$.bytesIn'), 0),
+			COALESCE(json_extract(doc, '$.bytesOut'), 0), COALESCE(json_extract(doc, '$.inputTokens'), 0),
+			COALESCE(json_extract(doc, '$.outputTokens'), 0), COALESCE(json_extract(doc, '$.totalTokens'), 0)
+		FROM gateway_usage WHERE sandbox_id IN (SELECT id FROM sandboxes)
+		ON CONFLICT (sandbox_id, provider) DO NOTHING;
+	DELETE FROM gateway_usage;`,
 }
 
 // postgresMigrations replace the migrations whose SQLite text postgresDDL
@@ -158,6 +185,28 @@ var postgresMigrations = map[int]string{
 		WHERE COALESCE(doc::jsonb->>'runtime', '') = '';
 	UPDATE snapshots SET doc = jsonb_set(doc::jsonb, '{runtime}', '"runc"')::text
 		WHERE COALESCE(doc::jsonb->>'runtime', '') = '';`,
+	13: `CREATE TABLE IF NOT EXISTS gateway_usage_totals (
+		sandbox_id    TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+		provider      TEXT NOT NULL,
+		requests      BIGINT NOT NULL,
+		rejected      BIGINT NOT NULL,
+		errors        BIGINT NOT NULL,
+		bytes_in      BIGINT NOT NULL,
+		bytes_out     BIGINT NOT NULL,
+		input_tokens  BIGINT NOT NULL,
+		output_tokens BIGINT NOT NULL,
+		total_tokens  BIGINT NOT NULL,
+		PRIMARY KEY (sandbox_id, provider)
+	);
+	INSERT INTO gateway_usage_totals
+		SELECT sandbox_id, provider,
+			COALESCE((doc::jsonb->>'requests')::bigint, 0), COALESCE((doc::jsonb->>'rejected')::bigint, 0),
+			COALESCE((doc::jsonb->>'errors')::bigint, 0), COALESCE((doc::jsonb->>'bytesIn')::bigint, 0),
+			COALESCE((doc::jsonb->>'bytesOut')::bigint, 0), COALESCE((doc::jsonb->>'inputTokens')::bigint, 0),
+			COALESCE((doc::jsonb->>'outputTokens')::bigint, 0), COALESCE((doc::jsonb->>'totalTokens')::bigint, 0)
+		FROM gateway_usage WHERE sandbox_id IN (SELECT id FROM sandboxes)
+		ON CONFLICT (sandbox_id, provider) DO NOTHING;
+	DELETE FROM gateway_usage;`,
 }
 
 // postgresDDL is migration i+1's text for PostgreSQL: its replacement in
