@@ -176,6 +176,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Elector:        loopsElector(cfg, st, log),
 		Locks:          sandboxLocks(cfg, st, log),
 		Sessions:       sessionsOpt(reg),
+		Peers:          peersOpt(reg),
 	})
 	defer mgr.Close() // also when a later step of the start fails
 	if agentCh != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/agentauth"
 	"github.com/hotcell/hotcell/internal/config"
@@ -135,4 +136,34 @@ func writeInstance(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// TestRegistryAlive: a daemon is alive to the others while its heartbeat
+// is within aliveBeats beats; an old one, or none, is dead.
+func TestRegistryAlive(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(t.Context(), testenv.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r := &registry{st: st, id: "me", log: quiet}
+	now := time.Now()
+	for id, at := range map[string]time.Time{
+		"fresh": now,
+		"late":  now.Add(-(aliveBeats - 1) * registryHeartbeat),
+		"dead":  now.Add(-(aliveBeats + 1) * registryHeartbeat),
+	} {
+		if err := st.Heartbeat(t.Context(), id, "http://127.0.0.1:1", at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, want := range map[string]bool{"fresh": true, "late": true, "dead": false, "never-registered": false} {
+		if got, err := r.Alive(t.Context(), id); err != nil || got != want {
+			t.Errorf("Alive(%s): got %v, %v; want %v", id, got, err, want)
+		}
+	}
+	if r.Self() != "me" {
+		t.Errorf("Self: got %q, want me", r.Self())
+	}
 }

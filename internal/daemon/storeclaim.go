@@ -173,6 +173,38 @@ func (r *registry) run(ctx context.Context) error {
 	}
 }
 
+// aliveBeats is how many heartbeats a daemon may miss before the others
+// take it for dead: its unfinished creates are then rolled back by them
+// (sandbox.Peers).
+const aliveBeats = 3
+
+// Self implements sandbox.Peers.
+func (r *registry) Self() string { return r.id }
+
+// Alive implements sandbox.Peers: daemon id is registered and beat within
+// aliveBeats heartbeats.
+func (r *registry) Alive(ctx context.Context, id string) (bool, error) {
+	ds, err := r.st.Daemons(ctx)
+	if err != nil {
+		return false, err
+	}
+	bound := time.Now().Add(-aliveBeats * registryHeartbeat)
+	for _, d := range ds {
+		if d.ID == id {
+			return d.Alive(bound), nil
+		}
+	}
+	return false, nil
+}
+
+// peersOpt keeps a nil *registry from becoming a non-nil interface.
+func peersOpt(r *registry) sandbox.Peers {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
 // sessionsOpt keeps a nil *registry from becoming a non-nil interface.
 func sessionsOpt(r *registry) sandbox.SessionRegistry {
 	if r == nil {

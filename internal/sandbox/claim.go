@@ -119,7 +119,7 @@ func (m *Manager) claimBox(ctx context.Context, clock *stepClock, id string, req
 	sb.Template = co.Template
 	// From this write on the box is the claimer's: a daemon that dies
 	// before the claim ends rolls it back as an unfinished create.
-	if err := m.store.Put(ctx, sb); err != nil {
+	if err := m.putCreating(ctx, sb); err != nil {
 		return wire.Sandbox{}, fmt.Errorf("%w: record claim: %w", errStale, err)
 	}
 	clock.step("record")
@@ -333,7 +333,7 @@ func (m *Manager) createPooled(ctx context.Context, name string, t wire.Template
 		ps.mu.Unlock()
 		return "", err
 	}
-	if err := m.store.Put(ctx, sb); err != nil {
+	if err := m.putCreating(ctx, sb); err != nil {
 		return fail(fmt.Errorf("record sandbox: %w", err))
 	}
 	conn, err := m.listen(sb.ID)

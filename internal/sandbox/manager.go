@@ -85,6 +85,12 @@ type Options struct {
 	// exactly one acts on a removed box or a due timeout. Nil: they run
 	// all the time, as for a daemon alone on its store.
 	Elector leader.Elector
+	// Peers, when set, is the registry of the daemons sharing the store:
+	// a create records which daemon makes it, and Recover and the
+	// leader's reconciler roll back only the unfinished creates of
+	// daemons that are gone (set.go). With Elector, Recover's other fixes
+	// are then the leader's.
+	Peers Peers
 	// Sessions, when set, is told when this daemon's agent session of a
 	// sandbox comes up and when the daemon closes it (the daemon registry
 	// of a store several daemons share).
@@ -419,7 +425,7 @@ func (m *Manager) Create(ctx context.Context, req wire.CreateSandboxRequest, co 
 	}
 	defer endDetached()
 	ctx = clock.trace(ctx)
-	if err := m.store.Put(ctx, sb); err != nil {
+	if err := m.putCreating(ctx, sb); err != nil {
 		return wire.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
 	clock.step("record")
@@ -1015,6 +1021,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
+	// On a set the leader makes the fixes (recoverRecords), so that of
+	// daemons starting at once only one marks a record and emits its
+	// event; every daemon still listens for every sandbox's agent.
+	byLeader := m.fixesByLeader()
 	for _, sb := range recs {
 		log := m.log.With("sandbox", sb.ID)
 		if sb.Pool != "" {
@@ -1024,69 +1034,96 @@ func (m *Manager) Recover(ctx context.Context) error {
 			continue
 		}
 		if sb.State == wire.StateDestroyed {
-			log.Warn("finishing a destroy the daemon did not finish")
-			m.finishDestroy(ctx, sb.ID)
+			if !byLeader { // the leader's reconciler finishes it
+				log.Warn("finishing a destroy the daemon did not finish")
+				m.finishDestroy(ctx, sb.ID)
+			}
 			continue
 		}
 		if sb.State == wire.StateCreating {
-			log.Warn("rolling back a create the daemon did not finish")
-			if err := m.teardown(ctx, sb.ID); err != nil {
-				log.Error("roll back unfinished create", "err", err)
+			leftover, creator, err := m.unfinishedCreate(ctx, sb.ID, true)
+			if err != nil {
+				return fmt.Errorf("recover the create of %s: %w", sb.ID, err)
 			}
-			m.Event(ctx, sb.ID, wire.SandboxEventDestroyed, "rolled back a create the daemon did not finish", nil)
+			if !leftover {
+				log.Info("leaving alone a create in flight on another daemon", "creator", creator)
+				continue
+			}
+			m.rollBackCreate(ctx, sb.ID, creator, "a create the daemon did not finish")
 			continue
 		}
 		st, err := m.drv.Inspect(ctx, sb.ID)
 		if err != nil {
 			return fmt.Errorf("inspect sandbox %s: %w", sb.ID, err)
 		}
-		if st.State == driver.BoxMissing {
-			if sb.State != wire.StateError {
-				log.Warn("box of sandbox vanished")
-				_, _ = m.setState(ctx, sb, wire.StateError, "its container vanished while the daemon was away")
-				m.Event(ctx, sb.ID, wire.SandboxEventError, "its container vanished while the daemon was away", nil)
+		if st.State == driver.BoxMissing && byLeader {
+			continue // the leader marks it
+		}
+		if st.State != driver.BoxMissing {
+			// The dial file before the socket: an agent redialing now must
+			// find the file when the socket answers, or it settles on the
+			// socket for the whole session.
+			m.refreshAgentDial(ctx, sb.ID)
+			if _, err := m.listen(sb.ID); err != nil {
+				return fmt.Errorf("listen for the agent of %s: %w", sb.ID, err)
 			}
+		}
+		if byLeader {
 			continue
 		}
-		if st.Runtime != "" && st.Runtime != sb.Runtime {
-			// The record must not claim an isolation the box lacks (its
-			// container was replaced behind the daemon's back, or the
-			// record predates runtimes): it follows the box.
-			log.Warn("sandbox runs under another runtime than recorded", "recorded", sb.Runtime, "actual", st.Runtime)
-			m.Event(ctx, sb.ID, wire.SandboxEventRecovered, fmt.Sprintf("runtime was recorded as %q, the box runs under %s", sb.Runtime, st.Runtime), map[string]string{"runtime": st.Runtime})
-			sb.Runtime = st.Runtime
-			if err := m.store.Put(ctx, sb); err != nil {
-				return fmt.Errorf("record the runtime of %s: %w", sb.ID, err)
-			}
-		}
-		// The dial file before the socket: an agent redialing now must
-		// find the file when the socket answers, or it settles on the
-		// socket for the whole session.
-		m.refreshAgentDial(ctx, sb.ID)
-		if _, err := m.listen(sb.ID); err != nil {
-			return fmt.Errorf("listen for the agent of %s: %w", sb.ID, err)
-		}
-		want := map[driver.BoxState]wire.State{
-			driver.BoxRunning: wire.StateRunning,
-			driver.BoxPaused:  wire.StatePaused,
-			driver.BoxStopped: wire.StateStopped,
-		}[st.State]
-		if want != sb.State {
-			log.Info("sandbox state changed while the daemon was away", "recorded", sb.State, "actual", want)
-			reason := ""
-			if st.OOMKilled {
-				reason = "killed: out of memory"
-			}
-			_, _ = m.setState(ctx, sb, want, reason)
-			m.Event(ctx, sb.ID, wire.SandboxEventRecovered, fmt.Sprintf("was %s, found %s", sb.State, want), map[string]string{"reason": reason})
-		} else {
-			m.Event(ctx, sb.ID, wire.SandboxEventRecovered, "re-adopted "+string(want), nil)
+		if err := m.fixRecord(ctx, sb, st, true); err != nil {
+			return err
 		}
 	}
 	if err := m.recoverEgress(ctx); err != nil {
 		m.log.Error("recover egress rules", "err", err)
 	}
 	return m.afterRecover(ctx)
+}
+
+// fixRecord brings sb's record in line with its box's status st at a
+// recovery: a vanished box marks the sandbox, a box under another runtime
+// or in another state than recorded is followed, each with its event.
+// readopted adds the "re-adopted" event of a record found as it was.
+func (m *Manager) fixRecord(ctx context.Context, sb wire.Sandbox, st driver.Status, readopted bool) error {
+	log := m.log.With("sandbox", sb.ID)
+	if st.State == driver.BoxMissing {
+		if sb.State != wire.StateError {
+			log.Warn("box of sandbox vanished")
+			_, _ = m.setState(ctx, sb, wire.StateError, "its container vanished while the daemon was away")
+			m.Event(ctx, sb.ID, wire.SandboxEventError, "its container vanished while the daemon was away", nil)
+		}
+		return nil
+	}
+	if st.Runtime != "" && st.Runtime != sb.Runtime {
+		// The record must not claim an isolation the box lacks (its
+		// container was replaced behind the daemon's back, or the
+		// record predates runtimes): it follows the box.
+		log.Warn("sandbox runs under another runtime than recorded", "recorded", sb.Runtime, "actual", st.Runtime)
+		m.Event(ctx, sb.ID, wire.SandboxEventRecovered, fmt.Sprintf("runtime was recorded as %q, the box runs under %s", sb.Runtime, st.Runtime), map[string]string{"runtime": st.Runtime})
+		sb.Runtime = st.Runtime
+		if err := m.store.Put(ctx, sb); err != nil {
+			return fmt.Errorf("record the runtime of %s: %w", sb.ID, err)
+		}
+	}
+	want := map[driver.BoxState]wire.State{
+		driver.BoxRunning: wire.StateRunning,
+		driver.BoxPaused:  wire.StatePaused,
+		driver.BoxStopped: wire.StateStopped,
+	}[st.State]
+	switch {
+	case want != sb.State:
+		log.Info("sandbox state changed while the daemon was away", "recorded", sb.State, "actual", want)
+		reason := ""
+		if st.OOMKilled {
+			reason = "killed: out of memory"
+		}
+		_, _ = m.setState(ctx, sb, want, reason)
+		m.Event(ctx, sb.ID, wire.SandboxEventRecovered, fmt.Sprintf("was %s, found %s", sb.State, want), map[string]string{"reason": reason})
+	case readopted:
+		m.Event(ctx, sb.ID, wire.SandboxEventRecovered, "re-adopted "+string(want), nil)
+	}
+	return nil
 }
 
 // Close ends every agent session without touching the boxes: they keep

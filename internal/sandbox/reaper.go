@@ -34,7 +34,12 @@ func (m *Manager) RunBackground(ctx context.Context) error {
 		defer l.wg.Done()
 		m.activityLoop(ctx)
 	}()
-	el.Run(ctx, func(lctx context.Context) { m.runLoops(lctx) })
+	el.Run(ctx, func(lctx context.Context) {
+		if m.fixesByLeader() {
+			m.recoverRecords(lctx) // Recover's fixes, left to the leader
+		}
+		m.runLoops(lctx)
+	})
 	l.wg.Wait()
 	return nil
 }

@@ -266,6 +266,12 @@ func (m *Manager) reconcile(ctx context.Context) {
 			}
 			continue
 		}
+		if sb.State == wire.StateCreating && sb.Pool == "" {
+			if _, _, ok := m.set(); ok {
+				m.reconcileCreate(ctx, sb.ID)
+			}
+			continue
+		}
 		if sb.State != wire.StateRunning && sb.State != wire.StatePaused {
 			continue
 		}

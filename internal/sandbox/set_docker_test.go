@@ -1,0 +1,339 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/driver/docker"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/leader"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// storePeers is the daemon registry of a PostgreSQL store as the daemon
+// reads it (internal/daemon's registry), with a test's bound.
+type storePeers struct {
+	st    *store.Store
+	self  string
+	bound time.Duration
+}
+
+func (p storePeers) Self() string { return p.self }
+
+func (p storePeers) Alive(ctx context.Context, id string) (bool, error) {
+	ds, err := p.st.Daemons(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, d := range ds {
+		if d.ID == id {
+			return d.Alive(time.Now().Add(-p.bound)), nil
+		}
+	}
+	return false, nil
+}
+
+// beat keeps daemon id's heartbeat in st fresh until ctx ends.
+func beat(ctx context.Context, st *store.Store, id string) {
+	for {
+		_ = st.Heartbeat(ctx, id, "http://127.0.0.1:1", time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// The environment of setChild, the daemon of TestSetDeadDaemonsCreate
+// that is SIGKILLed mid-create (set only in its process).
+const (
+	setChildEnv = "HOTCELL_TEST_SET_CHILD"
+	setStoreEnv = "HOTCELL_TEST_SET_STORE"
+	setDirEnv   = "HOTCELL_TEST_SET_DIR"
+	setInstEnv  = "HOTCELL_TEST_SET_INSTANCE"
+	setAgentEnv = "HOTCELL_TEST_SET_AGENT"
+	setImageEnv = "HOTCELL_TEST_SET_IMAGE"
+)
+
+// setLifecycle reconciles often and never takes a box for an orphan.
+var setLifecycle = LifecycleOptions{OrphanGrace: time.Hour, ReconcileInterval: 100 * time.Millisecond, ReapInterval: 100 * time.Millisecond}
+
+// newSetManager is one daemon of a set on the PostgreSQL store at url,
+// on the Docker Engine, with the set's instance id.
+func newSetManager(t testing.TB, url, name, dir, instance, agent string, withElector bool) (*Manager, *store.Store, *docker.Driver) {
+	t.Helper()
+	st, err := store.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv, err := docker.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("daemon", name)
+	opts := Options{DataDir: dir, Instance: instance, AgentBinary: agent, ReadyTimeout: 30 * time.Second,
+		Log: log, Lifecycle: setLifecycle, Peers: storePeers{st, name, time.Second}}
+	if withElector {
+		opts.Elector = &leader.StoreLease{Store: st, Name: "sandbox-loops", Holder: name, TTL: 600 * time.Millisecond, Log: log}
+	}
+	return New(drv, st, opts), st, drv
+}
+
+// setChild is the daemon TestSetDeadDaemonsCreate kills, run in a child
+// process of that test: it registers, beats, and starts a create whose
+// setup never ends.
+func setChild(t *testing.T) {
+	m, st, _ := newSetManager(t, os.Getenv(setStoreEnv), os.Getenv(setChildEnv), os.Getenv(setDirEnv), os.Getenv(setInstEnv), os.Getenv(setAgentEnv), false)
+	go beat(context.Background(), st, os.Getenv(setChildEnv))
+	if err := m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Create(context.Background(), wire.CreateSandboxRequest{Image: os.Getenv(setImageEnv), Setup: []string{"sleep 600"}}, CreateOptions{})
+	t.Fatalf("the create ended (%v); it should have been killed in its setup", err)
+}
+
+// TestSetDeadDaemonsCreate stands for two daemons on one PostgreSQL store
+// and one Docker Engine. Daemon A is a process of its own, SIGKILLed in
+// the middle of a create (its box made, its setup running). While A
+// lives, daemon B's start and B's reconciler leave A's create alone;
+// once A's heartbeat is old, B's reconciler rolls it back: the box goes,
+// the record goes, and the rollback is in the event log once.
+func TestSetDeadDaemonsCreate(t *testing.T) {
+	if os.Getenv(setChildEnv) != "" {
+		setChild(t)
+		return
+	}
+	t.Parallel()
+	c := testenv.RequireDocker(t)
+	url := testenv.RequirePostgres(t)
+	image := testenv.BusyboxImage(t)
+	agent := testenv.AgentBinary(t)
+	instance := NewInstance()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := testenv.RemoveByLabel(ctx, c, driver.LabelInstance+"="+instance); err != nil {
+			t.Errorf("remove the test's boxes: %v", err)
+		}
+	})
+	tmp := func() string {
+		dir, err := os.MkdirTemp("/tmp", "hcset")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+
+	child := exec.Command(os.Args[0], "-test.run=^TestSetDeadDaemonsCreate$", "-test.v")
+	child.Env = append(os.Environ(), setChildEnv+"=daemon-a", setStoreEnv+"="+url, setDirEnv+"="+tmp(),
+		setInstEnv+"="+instance, setAgentEnv+"="+agent, setImageEnv+"="+image)
+	var childOut strings.Builder
+	child.Stdout, child.Stderr = &childOut, &childOut
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		}
+		if t.Failed() { // after Wait: the output is whole
+			t.Logf("daemon A's output:\n%s", childOut.String())
+		}
+	})
+
+	st, err := store.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	drv, err := docker.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A's create is under way once its record names A and its box runs
+	// (the setup runs in it).
+	var id string
+	waitFor(t, "daemon A's create to reach its setup", func() bool {
+		recs, err := st.List(t.Context(), store.Filter{})
+		if err != nil || len(recs) != 1 || recs[0].State != wire.StateCreating {
+			return false
+		}
+		if c, err := st.Creator(t.Context(), recs[0].ID); err != nil || c != "daemon-a" {
+			return false
+		}
+		s, err := drv.Inspect(t.Context(), recs[0].ID)
+		if err == nil && s.State == driver.BoxRunning {
+			id = recs[0].ID
+			return true
+		}
+		return false
+	})
+
+	b, bst, bdrv := newSetManager(t, url, "daemon-b", tmp(), instance, agent, true)
+	t.Cleanup(func() { bst.Close() })
+	t.Cleanup(b.Close)
+	if err := b.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = b.RunBackground(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "daemon B to lead", func() bool {
+		h, until, err := st.LeaseHolder(t.Context(), "sandbox-loops")
+		return err == nil && h == "daemon-b" && until.After(time.Now())
+	})
+	// Many reconcile passes of B while A lives: A's create stays.
+	time.Sleep(10 * setLifecycle.ReconcileInterval)
+	if sb, err := st.Get(t.Context(), id); err != nil || sb.State != wire.StateCreating {
+		t.Fatalf("A's create in flight after B's start and reconciles: %+v, %v; want it left creating", sb, err)
+	}
+	if s, err := bdrv.Inspect(t.Context(), id); err != nil || s.State != driver.BoxRunning {
+		t.Fatalf("A's box after B's start: %+v, %v; want running", s, err)
+	}
+
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	killed = true
+	// The record goes first, then the rollback's event is written.
+	rollbacks := func() int {
+		evs, err := st.Events(t.Context(), store.EventFilter{SandboxID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Type == wire.SandboxEventDestroyed && strings.Contains(e.Message, "daemon is gone") {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "B to roll back dead A's create", func() bool { return rollbacks() > 0 })
+	if _, err := st.Get(t.Context(), id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("A's record after the rollback: %v, want not found", err)
+	}
+	if s, err := bdrv.Inspect(t.Context(), id); err != nil || s.State != driver.BoxMissing {
+		t.Errorf("A's box after the rollback: %+v, %v; want it removed", s, err)
+	}
+	// More passes of B's reconciler add no second rollback.
+	time.Sleep(5 * setLifecycle.ReconcileInterval)
+	rolled := rollbacks()
+	if rolled != 1 {
+		t.Errorf("rollback events: %d, want 1", rolled)
+	}
+}
+
+// TestSetRecoverFixesOnce: two daemons of a set start at once on a store
+// whose sandbox's box vanished while none ran. Recover's fix (the record
+// marked error, with its event) is made once, by the leader.
+func TestSetRecoverFixesOnce(t *testing.T) {
+	t.Parallel()
+	c := testenv.RequireDocker(t)
+	url := testenv.RequirePostgres(t)
+	image := testenv.BusyboxImage(t)
+	agent := testenv.AgentBinary(t)
+	instance := NewInstance()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := testenv.RemoveByLabel(ctx, c, driver.LabelInstance+"="+instance); err != nil {
+			t.Errorf("remove the test's boxes: %v", err)
+		}
+	})
+	tmp := func() string {
+		dir, err := os.MkdirTemp("/tmp", "hcset")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	// The first daemon makes two sandboxes and stops; one's box is
+	// removed behind the set's back.
+	first, fst, fdrv := newSetManager(t, url, "daemon-0", tmp(), instance, agent, false)
+	if err := first.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 2 {
+		sb, err := first.Create(t.Context(), wire.CreateSandboxRequest{Image: image}, CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	first.Close()
+	if err := fdrv.Destroy(t.Context(), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	fst.Close()
+
+	var (
+		wg  sync.WaitGroup
+		ms  = make([]*Manager, 2)
+		mu  sync.Mutex
+		bad []error
+	)
+	startAll := make(chan struct{})
+	for i := range ms {
+		m, st, _ := newSetManager(t, url, fmt.Sprintf("daemon-%d", i+1), tmp(), instance, agent, true)
+		t.Cleanup(func() { st.Close() })
+		t.Cleanup(m.Close)
+		ms[i] = m
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		t.Cleanup(func() { cancel(); <-done })
+		wg.Add(1)
+		go func() {
+			defer close(done)
+			<-startAll
+			err := m.Recover(t.Context())
+			wg.Done()
+			if err != nil {
+				mu.Lock()
+				bad = append(bad, err)
+				mu.Unlock()
+				return
+			}
+			_ = m.RunBackground(ctx)
+		}()
+	}
+	close(startAll)
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatal(errors.Join(bad...))
+	}
+	waitFor(t, "the vanished box's record to be marked", func() bool {
+		sb, err := ms[0].Get(t.Context(), ids[0])
+		return err == nil && sb.State == wire.StateError
+	})
+	noticedOnce(t, ms[0], ids[0], setLifecycle.ReconcileInterval)
+	if sb, err := ms[1].Get(t.Context(), ids[1]); err != nil || sb.State != wire.StateRunning {
+		t.Errorf("the sandbox whose box runs: %v %q, %v; want running", sb.State, sb.Error, err)
+	}
+	if n := countEvents(t, ms[0], ids[1], wire.SandboxEventRecovered); n != 0 {
+		t.Errorf("the running sandbox: %d recovered events, want none (nothing changed)", n)
+	}
+}
