@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hotcell/hotcell/internal/redact"
 )
@@ -60,8 +62,20 @@ func RequirePostgres(t testing.TB) string {
 			return
 		}
 		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
+		// FORCE ends the test's own connections, but not an autovacuum
+		// worker that started on the new database (a superuser's
+		// process: SQLSTATE 42501); it ends by itself, so try again.
+		for try := 0; ; try++ {
+			_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			var pe *pgconn.PgError
+			if err != nil && errors.As(err, &pe) && pe.Code == "42501" && try < 50 && ctx.Err() == nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Errorf("drop test database %s: %v", name, err)
+			}
+			return
 		}
 	})
 	u, err := url.Parse(admin)
