@@ -127,7 +127,7 @@ func (m *Manager) rollBackCreate(ctx context.Context, id, creator, why string) {
 // set: a create whose daemon died after this one started is rolled back
 // here, as the dead daemon's Recover would have.
 func (m *Manager) reconcileCreate(ctx context.Context, id string) {
-	unlock, ok := m.lockNow(id)
+	unlock, ok := m.lockNow(ctx, id)
 	if !ok {
 		return // a create in flight on this daemon
 	}
@@ -154,9 +154,8 @@ func (m *Manager) reconcileCreate(ctx context.Context, id string) {
 // is marked, one whose box's state or runtime changed follows the box,
 // and destroys and dead daemons' creates left unfinished are finished by
 // the reconciler's first pass. It takes each sandbox's lock only if free
-// and reads the record again under it, so an operation of this daemon in
-// flight is left alone; another daemon's is not seen (a row lock or a
-// version check of the store is item 4 of docs/kubernetes.md).
+// (lockNow: with Options.Locks the store's too) and reads the record
+// again under it, so an operation in flight is left alone.
 func (m *Manager) recoverRecords(ctx context.Context) {
 	recs, err := m.store.List(ctx, store.Filter{})
 	if err != nil {
@@ -170,7 +169,7 @@ func (m *Manager) recoverRecords(ctx context.Context) {
 		if sb.Pool != "" || sb.State == wire.StateCreating || sb.State == wire.StateDestroyed {
 			continue
 		}
-		unlock, ok := m.lockNow(sb.ID)
+		unlock, ok := m.lockNow(ctx, sb.ID)
 		if !ok {
 			continue
 		}

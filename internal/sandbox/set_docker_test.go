@@ -72,7 +72,9 @@ const (
 var setLifecycle = LifecycleOptions{OrphanGrace: time.Hour, ReconcileInterval: 100 * time.Millisecond, ReapInterval: 100 * time.Millisecond}
 
 // newSetManager is one daemon of a set on the PostgreSQL store at url,
-// on the Docker Engine, with the set's instance id.
+// on the Docker Engine, with the set's instance id, its peers and its
+// sandbox locks in the store, as internal/daemon makes it (with shorter
+// bounds).
 func newSetManager(t testing.TB, url, name, dir, instance, agent string, withElector bool) (*Manager, *store.Store, *docker.Driver) {
 	t.Helper()
 	st, err := store.Open(context.Background(), url)
@@ -85,7 +87,8 @@ func newSetManager(t testing.TB, url, name, dir, instance, agent string, withEle
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("daemon", name)
 	opts := Options{DataDir: dir, Instance: instance, AgentBinary: agent, ReadyTimeout: 30 * time.Second,
-		Log: log, Lifecycle: setLifecycle, Peers: storePeers{st, name, time.Second}}
+		Log: log, Lifecycle: setLifecycle, Peers: storePeers{st, name, time.Second},
+		Locks: &leader.Locks{Store: st, Holder: name, TTL: time.Second, Log: log}}
 	if withElector {
 		opts.Elector = &leader.StoreLease{Store: st, Name: "sandbox-loops", Holder: name, TTL: 600 * time.Millisecond, Log: log}
 	}
