@@ -121,6 +121,16 @@ func TestLocksAcrossDaemons(t *testing.T) {
 			t.Errorf("lock of %s held by %q after both operations, want released", id, h)
 		}
 	}
+	reach := func(g *gatedDriver, done <-chan error) {
+		t.Helper()
+		select {
+		case <-g.reached:
+		case err := <-done:
+			t.Fatalf("the %s ended (%v) before it reached the backend", g.op, err)
+		case <-ctx.Done():
+			t.Fatalf("the %s never reached the backend", g.op)
+		}
+	}
 	notYet := func(done <-chan error, what string) {
 		t.Helper()
 		select {
@@ -136,7 +146,7 @@ func TestLocksAcrossDaemons(t *testing.T) {
 	drvA.arm()
 	started := make(chan error, 1)
 	go func() { _, err := a.Start(ctx, id); started <- err }()
-	<-drvA.reached
+	reach(drvA, started)
 	destroyed := make(chan error, 1)
 	go func() { destroyed <- b.Destroy(ctx, id) }()
 	notYet(destroyed, "B's destroy")
@@ -162,7 +172,7 @@ func TestLocksAcrossDaemons(t *testing.T) {
 	drvB.arm()
 	destroyed = make(chan error, 1)
 	go func() { destroyed <- b.Destroy(ctx, id) }()
-	<-drvB.reached
+	reach(drvB, destroyed)
 	started = make(chan error, 1)
 	go func() { _, err := a.Start(ctx, id); started <- err }()
 	notYet(started, "A's start")
