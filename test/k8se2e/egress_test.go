@@ -45,33 +45,10 @@ func TestKubernetesEgressThroughServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// hotcell egress-node as a DaemonSet would run it, on this node.
-	var nodeLog bytes.Buffer
-	en := exec.Command(testenv.GoBuild(t, "./cmd/hotcell"), "egress-node",
-		"--kubeconfig", env.Kubeconfig, "--namespace", ns, "--node", env.Node,
-		"--resolver", env.HostIP, "--bridge", "hck8s0", "--pod-range", "10.244.0.0/16",
-		"--upstream", up,
+	startEgressNode(t, env, ns, up,
 		// The daemon's agent channel: on this node, so a host address
 		// otherwise refused.
-		"--allow", agentAddr.String())
-	en.Stdout, en.Stderr = &nodeLog, &nodeLog
-	if err := en.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = en.Process.Signal(syscall.SIGTERM)
-		if err := en.Wait(); err != nil {
-			t.Errorf("hotcell egress-node: %v\n%s", err, nodeLog.String())
-		}
-		if t.Failed() {
-			t.Logf("hotcell egress-node's log:\n%s", nodeLog.String())
-		}
-		// What a DaemonSet's removal would leave for an uninstall.
-		if err := egress.TeardownConfig(egress.Config{Network: "k8s-" + env.Node, Subnet: netip.MustParsePrefix("10.244.0.0/16"), Node: true}); err != nil {
-			t.Errorf("egress teardown: %v", err)
-		}
-	})
-
+		agentAddr.String())
 	// After the node's cleanup, so the daemon's Close destroys its
 	// sandboxes while the node still runs.
 	d := testdaemon.StartWith(t, testdaemon.Options{Args: []string{
@@ -259,4 +236,39 @@ func TestKubernetesEgressThroughServe(t *testing.T) {
 	if _, err := nps.Get(ctx, kubernetes.NetworkPolicyName(none), metav1.GetOptions{}); err == nil {
 		t.Error("the NetworkPolicy outlived its sandbox")
 	}
+}
+
+// startEgressNode runs hotcell egress-node for namespace ns as a DaemonSet
+// would on this node, with upstream as its DNS upstream and allow as its
+// --allow endpoints, until the test's cleanup stops it and removes its
+// rules. Start the daemon after it, so that the daemon's Close destroys
+// its sandboxes while the node still runs.
+func startEgressNode(t *testing.T, env *testk8s.Env, ns, upstream string, allow ...string) {
+	t.Helper()
+	args := []string{"egress-node",
+		"--kubeconfig", env.Kubeconfig, "--namespace", ns, "--node", env.Node,
+		"--resolver", env.HostIP, "--bridge", "hck8s0", "--pod-range", "10.244.0.0/16",
+		"--upstream", upstream}
+	for _, a := range allow {
+		args = append(args, "--allow", a)
+	}
+	var nodeLog bytes.Buffer
+	en := exec.Command(testenv.GoBuild(t, "./cmd/hotcell"), args...)
+	en.Stdout, en.Stderr = &nodeLog, &nodeLog
+	if err := en.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = en.Process.Signal(syscall.SIGTERM)
+		if err := en.Wait(); err != nil {
+			t.Errorf("hotcell egress-node: %v\n%s", err, nodeLog.String())
+		}
+		if t.Failed() {
+			t.Logf("hotcell egress-node's log:\n%s", nodeLog.String())
+		}
+		// What a DaemonSet's removal would leave for an uninstall.
+		if err := egress.TeardownConfig(egress.Config{Network: "k8s-" + env.Node, Subnet: netip.MustParsePrefix("10.244.0.0/16"), Node: true}); err != nil {
+			t.Errorf("egress teardown: %v", err)
+		}
+	})
 }

@@ -13,17 +13,26 @@ import (
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/gateway/gatewaytest"
+	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/testk8s"
 )
 
 // gatewayDaemon starts `hotcell serve --driver kubernetes` whose LLM
 // gateway forwards to a fake upstream on this host's loopback (the daemon
-// reaches it there; pods reach only the gateway). The gateway listens on
-// the pods' bridge address at a free port; the key is in a file only the
-// daemon reads. extra are more flags.
+// reaches it there; pods reach only the gateway), and returns the gateway's
+// address: the pods' bridge address at a free port. The key is in a file
+// only the daemon reads. extra are more flags.
 func gatewayDaemon(t *testing.T, extra ...string) (*kubeDaemon, *gatewaytest.Upstream, string) {
 	t.Helper()
 	env := testk8s.Cluster(t)
+	gw := net.JoinHostPort(env.HostIP, strconv.Itoa(freePort(t, env.HostIP)))
+	d, up := gatewayDaemonIn(t, env, env.Namespace(t), gw, extra...)
+	return d, up, gw
+}
+
+// gatewayDaemonIn is gatewayDaemon in namespace ns with the gateway on gw.
+func gatewayDaemonIn(t *testing.T, env *testk8s.Env, ns, gw string, extra ...string) (*kubeDaemon, *gatewaytest.Upstream) {
+	t.Helper()
 	up := gatewaytest.New(t)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "openai.key")
@@ -34,10 +43,9 @@ func gatewayDaemon(t *testing.T, extra ...string) (*kubeDaemon, *gatewaytest.Ups
 	if err := os.WriteFile(providers, []byte(fmt.Sprintf("[[provider]]\nname = \"openai\"\nkind = \"openai\"\nbase_url = %q\nkey_file = %q\n", up.URL+"/v1", key)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gw := net.JoinHostPort(env.HostIP, strconv.Itoa(freePort(t, env.HostIP)))
 	_, port, _ := net.SplitHostPort(gw)
-	d := startKubeDaemon(t, append([]string{"--providers-file", providers, "--egress-gateway-port", port}, extra...)...)
-	return d, up, gw
+	d := startKubeDaemonIn(t, env, ns, append([]string{"--providers-file", providers, "--egress-gateway-port", port}, extra...)...)
+	return d, up
 }
 
 // gatewayEnv is what a sandbox's env says of the gateway: its base URL and
@@ -181,8 +189,78 @@ rm /dev/shm/pat`
 		if strings.Contains(objs, gatewaytest.OpenAIKey) {
 			t.Error("the provider's key is in the namespace's objects")
 		}
+		// The token reaches the pod through its agent, not its spec.
+		if strings.Contains(objs, aTok) {
+			t.Error("a sandbox's gateway token is in the namespace's objects")
+		}
 		if strings.Contains(d.Logs(), gatewaytest.OpenAIKey) || strings.Contains(d.Logs(), aTok) {
 			t.Error("the daemon's log holds the key or a token")
 		}
 	})
+}
+
+// TestKubernetesGatewayEgressNode: with the nodes enforcing egress
+// (kubernetes_egress_resolver, hotcell egress-node), a sandbox of mode
+// none, which reaches nothing else, still reaches the gateway: the node
+// lets the pods through to it as to the agent channel (egress-node's
+// --allow, the gateway's address in the sandbox's NetworkPolicy), and only
+// to it: another port of the node stays refused.
+func TestKubernetesGatewayEgressNode(t *testing.T) {
+	testenv.RequireRoot(t, "the node's egress controller changes iptables and ipsets")
+	env := testk8s.Cluster(t)
+	ns := env.Namespace(t)
+	agent := net.JoinHostPort(env.HostIP, strconv.Itoa(freePort(t, env.HostIP)))
+	gw := net.JoinHostPort(env.HostIP, strconv.Itoa(freePort(t, env.HostIP)))
+	// Another port of the node, as the gateway's: it must stay refused.
+	other, err := net.Listen("tcp", net.JoinHostPort(env.HostIP, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	go func() {
+		for {
+			c, err := other.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello from the node\n"))
+			c.Close()
+		}
+	}()
+	// No DNS is asked of it: the sandboxes here are of mode none.
+	startEgressNode(t, env, ns, "127.0.0.1:1", agent, gw)
+	d, up := gatewayDaemonIn(t, env, ns, gw, "--agent-listen", agent,
+		"--kubernetes-egress-resolver", env.HostIP, "--kubernetes-network-policies")
+	ctx := t.Context()
+	c := d.C
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Gateway: []string{"openai"},
+		Egress: &client.EgressPolicy{Mode: client.EgressNone}, Limits: client.Limits{CPUs: 0.1, MemoryMB: 128}})
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, d.Logs())
+	}
+	base, tok := gatewayEnv(t, c, sb.ID)
+	if st, body := postFromPod(t, c, sb.ID, base, tok); st != 200 || !strings.Contains(body, "hello from the fake upstream") {
+		t.Errorf("mode none through the gateway: got %d %s, want the upstream's answer", st, body)
+	}
+	if len(up.Requests()) != 1 {
+		t.Errorf("upstream requests: got %d, want 1", len(up.Requests()))
+	}
+	_, otherPort, _ := net.SplitHostPort(other.Addr().String())
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Command: "nc -w 3 " + env.HostIP + " " + otherPort + " </dev/null", TimeoutMs: 20_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.Stdout), "hello from the node") {
+		t.Errorf("mode none reached another port of the node (%s): %q", otherPort, res.Stdout)
+	}
+
+	// A CNI that enforces NetworkPolicy lets the pod reach the gateway too.
+	np := d.k8s.MustKubectl(t, "-n", ns, "get", "networkpolicy", kubernetes.NetworkPolicyName(sb.ID), "-o", "json")
+	_, gwPort, _ := net.SplitHostPort(gw)
+	_, agentPort, _ := net.SplitHostPort(agent)
+	for _, want := range []string{`"cidr": "` + env.HostIP + `/32"`, `"port": ` + gwPort, `"port": ` + agentPort} {
+		if !strings.Contains(np, want) {
+			t.Errorf("the sandbox's NetworkPolicy lacks %s:\n%s", want, np)
+		}
+	}
 }

@@ -45,8 +45,14 @@ type kubeDaemon struct {
 func startKubeDaemon(t *testing.T, extra ...string) *kubeDaemon {
 	t.Helper()
 	env := testk8s.Cluster(t)
+	return startKubeDaemonIn(t, env, env.Namespace(t), extra...)
+}
+
+// startKubeDaemonIn is startKubeDaemon in namespace ns (a test's
+// namespace of env), for a test that puts more there first.
+func startKubeDaemonIn(t *testing.T, env *testk8s.Env, ns string, extra ...string) *kubeDaemon {
+	t.Helper()
 	prepareImages(t, env)
-	ns := env.Namespace(t)
 	port := freePort(t, env.HostIP)
 	d := testdaemon.StartWith(t, testdaemon.Options{Args: append([]string{
 		"--driver", "kubernetes",
