@@ -35,7 +35,11 @@ func (s *Server) mcpRoutes() {
 // validation, auth, errors, logs) without a loopback connection or knowing
 // the listen address.
 func (s *Server) mcpHandler() http.Handler {
-	hc := &http.Client{Transport: &handlerTransport{h: s.Handler()}}
+	h := s.Handler()
+	if s.opts.Forward != nil {
+		h = s.opts.Forward(h)
+	}
+	hc := &http.Client{Transport: &handlerTransport{h: h}}
 	// The host is never dialled; it only has to parse (and must not look
 	// like a preview host name).
 	c, err := client.New("http://localhost", s.opts.Token, client.WithHTTPClient(hc), client.WithUserAgent("hotcell-mcp"))

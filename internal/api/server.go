@@ -88,6 +88,11 @@ type Options struct {
 	// long loses its stream, and the work behind it stops. 0 means
 	// ndjson.DefaultWriteTimeout.
 	StreamWriteTimeout time.Duration
+	// Forward, if set, wraps the handler the MCP tools' calls go through
+	// in process, as it wraps the daemon's listener: of several daemons
+	// on one store, a tool call for a sandbox whose agent another daemon
+	// holds is forwarded to it (daemon.Forwarding).
+	Forward func(http.Handler) http.Handler
 }
 
 // Server is the HTTP API.

@@ -60,6 +60,11 @@ type Config struct {
 	// file DBPath, or a PostgreSQL URL (postgres:// or postgresql://),
 	// a database several daemons can share.
 	Store string
+	// AdvertiseURL is the URL the other daemons of a set sharing a
+	// PostgreSQL store reach this daemon's API at, for calls forwarded to
+	// the daemon holding a sandbox's agent session. Empty: http:// and the
+	// address the API listens on.
+	AdvertiseURL string
 	// DefaultImage is used when a create request names no image.
 	DefaultImage string
 	// AgentBinary is the host path of the static hotcell-agent binary that is
@@ -207,6 +212,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.DataDir }},
 	{"store", kindString, "where the daemon keeps its records: empty for the SQLite file <data_dir>/hotcell.db, or a PostgreSQL URL (postgres://user:password@host:5432/db) that several daemons can share",
 		func(c *Config) any { return &c.Store }},
+	{"advertise_url", kindString, "URL (http:// or https://) the other daemons on the same PostgreSQL store reach this daemon's API at, to forward it calls for the sandboxes whose agents it holds (default: http:// and the listen address, which a wildcard listen host such as 0.0.0.0 leaves unreachable)",
+		func(c *Config) any { return &c.AdvertiseURL }},
 	{"default_image", kindString, "image for sandboxes created without one",
 		func(c *Config) any { return &c.DefaultImage }},
 	{"default_runtime", kindString, "isolation runtime of sandboxes created without one: runc (the host's kernel) or gvisor (gVisor's user-space kernel, runsc)",
@@ -653,6 +660,14 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	if c.AdvertiseURL != "" {
+		u, err := url.Parse(c.AdvertiseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return bad("advertise_url", redact.URL(c.AdvertiseURL), "must be an absolute http:// or https:// URL with a host and no credentials, query or fragment, e.g. http://10.0.0.5:8080")
+		}
+		c.AdvertiseURL = strings.TrimSuffix(c.AdvertiseURL, "/")
+	}
+
 	if c.DefaultImage == "" {
 		return bad("default_image", c.DefaultImage, "must not be empty")
 	}
@@ -895,6 +910,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("kubernetes_network_policies", c.KubeNetworkPolicies),
 		slog.String("agent_channel", c.AgentChannel),
 		slog.String("agent_advertise", c.AgentAdvertise),
+		slog.String("advertise_url", c.AdvertiseURL),
 		slog.Duration("exec_timeout", c.ExecTimeout),
 		slog.Duration("setup_timeout", c.SetupTimeout),
 		slog.Duration("git_timeout", c.GitTimeout),

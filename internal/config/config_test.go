@@ -272,6 +272,12 @@ func TestValidate(t *testing.T) {
 			[]string{`template_build_network "host"`, "default or none", "(from --template-build-network)"}},
 		{"env duration unparsable", map[string]string{"HOTCELL_EXEC_TIMEOUT": "ten"}, nil,
 			[]string{`exec_timeout "ten"`, "(from HOTCELL_EXEC_TIMEOUT)"}},
+		{"advertise url not a url", nil, []string{"--advertise-url", "10.0.0.5:8080"},
+			[]string{`advertise_url "10.0.0.5:8080"`, "absolute http:// or https:// URL", "(from --advertise-url)"}},
+		{"advertise url other scheme", map[string]string{"HOTCELL_ADVERTISE_URL": "ftp://10.0.0.5:8080"}, nil,
+			[]string{`advertise_url "ftp://10.0.0.5:8080"`, "(from HOTCELL_ADVERTISE_URL)"}},
+		{"advertise url no host", nil, []string{"--advertise-url", "http:///v1"},
+			[]string{`advertise_url "http:///v1"`, "with a host"}},
 		{"preview domain bad character", nil, []string{"--preview-domain", "pre_view.example.com"},
 			[]string{`preview_domain "pre_view.example.com"`, "DNS name", "(from --preview-domain)"}},
 		{"preview domain empty label", map[string]string{"HOTCELL_PREVIEW_DOMAIN": "a..b"}, nil,
@@ -475,5 +481,23 @@ func TestStoreTarget(t *testing.T) {
 	}
 	if got := c.StoreTarget(); got != pg {
 		t.Errorf("store: got %q, want %q", got, pg)
+	}
+}
+
+func TestAdvertiseURL(t *testing.T) {
+	t.Parallel()
+	agent := fakeAgent(t)
+	for _, tt := range []struct{ in, want string }{
+		{"", ""},
+		{"http://10.0.0.5:8080", "http://10.0.0.5:8080"},
+		{"https://hotcell-0.hotcell.ns.svc:8443/", "https://hotcell-0.hotcell.ns.svc:8443"},
+	} {
+		got, err := Load(flags(t, "--agent-binary", agent), envMap(map[string]string{"HOTCELL_ADVERTISE_URL": tt.in}))
+		if err != nil {
+			t.Fatalf("Load with advertise_url %q: %v", tt.in, err)
+		}
+		if got.AdvertiseURL != tt.want {
+			t.Errorf("advertise_url %q: got %q, want %q", tt.in, got.AdvertiseURL, tt.want)
+		}
 	}
 }

@@ -205,7 +205,25 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if err != nil {
 		return err
 	}
-	srv := api.New(withManager(api.Options{
+	// Of several daemons on one store, calls for a sandbox whose agent
+	// another daemon holds go to it (forward.go): those on the listener
+	// and the MCP tools' in-process calls alike. srv is set below, before
+	// any call.
+	var (
+		srv     *api.Server
+		forward func(http.Handler) http.Handler
+	)
+	if reg != nil {
+		forward = Forwarding{
+			Self:       reg.id,
+			SandboxOf:  func(r *http.Request) (string, bool) { return srv.SandboxOf(r) },
+			HasSession: mgr.HasSession,
+			Holders:    st,
+			Log:        log,
+		}.Handler
+	}
+	srv = api.New(withManager(api.Options{
+		Forward:            forward,
 		Token:              token,
 		APIKeys:            keys,
 		E2B:                e2bSrv.Handler(),
@@ -250,13 +268,17 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	if reg != nil {
-		if err := reg.register(ctx, "http://"+ln.Addr().String()); err != nil {
+		if err := reg.register(ctx, advertiseURL(cfg, ln.Addr(), log)); err != nil {
 			ln.Close()
 			return err
 		}
 	}
+	var handler http.Handler = srv.Handler()
+	if forward != nil {
+		handler = forward(handler) // inside ops: forwarded calls count in flight
+	}
 	hs := &http.Server{
-		Handler:           ops.Handler(srv.Handler()),
+		Handler:           ops.Handler(handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

@@ -1009,6 +1009,16 @@ func (m *Manager) Agent(ctx context.Context, id string) (*agentconn.Conn, error)
 	return c, nil
 }
 
+// HasSession reports whether this daemon holds a live agent session of
+// sandbox id: of several daemons on one store, the one that does serves
+// the sandbox's calls, and the others forward them to it.
+func (m *Manager) HasSession(id string) bool {
+	m.mu.Lock()
+	c, ok := m.conns[id]
+	m.mu.Unlock()
+	return ok && c.Connected()
+}
+
 // Recover brings the manager in line with the store and the driver after a
 // daemon start: sandboxes keep running and their agents redial; a create
 // that was cut short is rolled back; a record whose box vanished becomes

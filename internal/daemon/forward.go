@@ -1,0 +1,185 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/store"
+)
+
+// ForwardedHeader marks a call one daemon of a set passed to another: the
+// receiver serves it itself, whatever the registry says, so a call is
+// forwarded at most once. It stops a second hop and grants nothing: a
+// client may send it too, and then its call is served where it landed.
+const ForwardedHeader = "X-Hotcell-Forwarded"
+
+// holderLiveBeats is how many heartbeats (registryHeartbeat) a session
+// holder may miss before it counts as dead: its calls are then served
+// where they land, and the local manager waits for the agent's redial.
+const holderLiveBeats = 3
+
+// forwardDialTimeout bounds the connect to a live holder: one that does
+// not answer by then gets the client a 503 to retry, not a hang.
+const forwardDialTimeout = 3 * time.Second
+
+// Forwarding is what the forwarding handler needs: who this daemon is,
+// which sandboxes it serves itself, and where the registry says the
+// others' sessions are.
+type Forwarding struct {
+	// Self is this daemon's id in the registry.
+	Self string
+	// SandboxOf names the sandbox a request is for (api.Server.SandboxOf).
+	SandboxOf func(r *http.Request) (id string, ok bool)
+	// HasSession reports whether this daemon holds a live agent session
+	// of a sandbox (sandbox.Manager.HasSession).
+	HasSession func(id string) bool
+	// Holders is the registry (a *store.Store).
+	Holders interface {
+		SessionHolder(ctx context.Context, sandbox string) (store.Daemon, bool, error)
+	}
+	// Heartbeat is the registry's heartbeat period; a holder is live while
+	// its last heartbeat is younger than holderLiveBeats of them.
+	Heartbeat time.Duration
+	Log       *slog.Logger
+}
+
+// Handler serves a call for a sandbox whose agent session another live
+// daemon of the set holds by passing it to that daemon, and every other
+// call with next (docs/kubernetes.md, "Several daemons on one store"). It
+// goes inside the in-flight tracking (inflight.Group.Handler), so the
+// shutdown waits for forwarded calls too, and outside the API's own
+// routing and authentication: the holder checks the client's credential,
+// which passes through unchanged (the daemons of a set share the token
+// file, and API keys are in the store), as does the Host, by which
+// previews and E2B's envd are routed.
+func (f Forwarding) Handler(next http.Handler) http.Handler {
+	if f.Log == nil {
+		f.Log = slog.Default()
+	}
+	if f.Heartbeat <= 0 {
+		f.Heartbeat = registryHeartbeat
+	}
+	log := f.Log.With("component", "forward")
+	tr := &http.Transport{
+		// Straight to the holder: a proxy of the daemon's environment is
+		// for its outside calls, not for the daemons of its set.
+		Proxy:       nil,
+		DialContext: (&net.Dialer{Timeout: forwardDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		// HTTP/1.1 only, over TLS too: ReverseProxy passes a WebSocket
+		// upgrade (exec, terminals, tunnels) only on HTTP/1.1.
+		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
+		TLSHandshakeTimeout: forwardDialTimeout,
+		MaxIdleConnsPerHost: 32,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(forwardTargetKey{}).(forwardTarget)
+			pr.SetURL(t.url)
+			pr.Out.Host = pr.In.Host // previews and envd are routed by host
+			// Rewrite drops the client's X-Forwarded-*; keep what a
+			// proxy in front of this daemon said, and add this hop.
+			for _, h := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+				if v, ok := pr.In.Header[h]; ok {
+					pr.Out.Header[h] = v
+				}
+			}
+			pr.SetXForwarded()
+			pr.Out.Header.Set(ForwardedHeader, f.Self)
+		},
+		Transport:     tr,
+		FlushInterval: -1, // NDJSON streams and Connect's server streams line by line
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away; nobody is left to answer
+			}
+			t := r.Context().Value(forwardTargetKey{}).(forwardTarget)
+			log.Warn("the daemon holding the sandbox's agent did not answer", "sandbox", t.sandbox, "holder", t.holder, "url", t.url.String(), "err", err)
+			w.Header().Set("Retry-After", "1")
+			// The request's body may be unread, and full duplex leaves it
+			// so: the server drops the connection, which the client must
+			// not take back for its next call.
+			w.Header().Set("Connection", "close")
+			errdefs.Write(w, fmt.Errorf("the daemon holding sandbox %s's agent did not answer: retry in a moment: %w",
+				t.sandbox, errdefs.ErrUnavailable), "")
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, ok := f.target(r, log)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// An exec's stdin streams in while its output streams out: the
+		// server must not cut the request body once the answer starts.
+		// HTTP/2 is full duplex already (ErrNotSupported).
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardTargetKey{}, t)))
+	})
+}
+
+type forwardTargetKey struct{}
+
+// forwardTarget is where one call is forwarded.
+type forwardTarget struct {
+	sandbox, holder string
+	url             *url.URL
+}
+
+// target reports where r goes when another live daemon holds the session
+// of its sandbox; ok is false when this daemon serves it.
+func (f Forwarding) target(r *http.Request, log *slog.Logger) (forwardTarget, bool) {
+	if r.Header.Get(ForwardedHeader) != "" {
+		return forwardTarget{}, false // forwarded once already
+	}
+	id, ok := f.SandboxOf(r)
+	if !ok || f.HasSession(id) {
+		return forwardTarget{}, false
+	}
+	// One lookup per call: a cached holder could route calls to a daemon
+	// that died since.
+	d, ok, err := f.Holders.SessionHolder(r.Context(), id)
+	switch {
+	case err != nil:
+		// The store is what every call needs: serving locally reports
+		// its failure in the call's own words.
+		log.Warn("look up the sandbox's session holder", "sandbox", id, "err", err)
+		return forwardTarget{}, false
+	case !ok || d.ID == f.Self:
+		return forwardTarget{}, false
+	case time.Since(d.HeartbeatAt) > holderLiveBeats*f.Heartbeat:
+		// The holder is dead: its agent is redialling, and the local
+		// manager waits for it.
+		return forwardTarget{}, false
+	}
+	u, err := url.Parse(d.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		log.Warn("the registry's URL of the sandbox's session holder is unusable; serving locally", "sandbox", id, "holder", d.ID, "url", d.URL)
+		return forwardTarget{}, false
+	}
+	return forwardTarget{sandbox: id, holder: d.ID, url: u}, true
+}
+
+// advertiseURL is the URL this daemon puts in the registry for the others
+// of its set: advertise_url, else http:// and the address the API
+// listens on, which names no reachable host when that is a wildcard.
+func advertiseURL(cfg config.Config, addr net.Addr, log *slog.Logger) string {
+	if cfg.AdvertiseURL != "" {
+		return cfg.AdvertiseURL
+	}
+	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		log.Warn("the API listens on a wildcard address, which the other daemons on this store cannot reach to forward calls to this one: set advertise_url (--advertise-url, HOTCELL_ADVERTISE_URL) to the URL they reach it at",
+			"listen", addr.String())
+	}
+	return "http://" + addr.String()
+}

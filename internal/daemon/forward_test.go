@@ -1,0 +1,314 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/hotcell/hotcell/internal/api"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/testenv"
+)
+
+// TestForwarding runs daemon B's forwarding handler, on a real PostgreSQL
+// registry and a real HTTP server, in front of a real HTTP server standing
+// for daemon A's API, which the registry names as the holder of sandbox
+// sb-a's agent session.
+func TestForwarding(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(t.Context(), testenv.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+
+	// A: what it received, as JSON, on /v1/sandboxes/{id} and envd; a
+	// stream that waits for the client between its lines; a full-duplex
+	// echo of the body; a WebSocket echo.
+	release := make(chan struct{})
+	a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/stream"):
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			io.WriteString(w, `{"line":1}`+"\n")
+			http.NewResponseController(w).Flush()
+			select {
+			case <-release: // the client read line 1 while this call runs
+			case <-r.Context().Done():
+				return
+			}
+			io.WriteString(w, `{"line":2}`+"\n")
+		case strings.HasSuffix(r.URL.Path, "/duplex"):
+			if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+				t.Errorf("A: enable full duplex: %v", err)
+			}
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			sc := bufio.NewScanner(r.Body)
+			for sc.Scan() {
+				io.WriteString(w, "echo "+sc.Text()+"\n")
+				http.NewResponseController(w).Flush()
+			}
+		case strings.HasSuffix(r.URL.Path, "/ws"):
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			typ, msg, err := c.Read(r.Context())
+			if err != nil {
+				return
+			}
+			c.Write(r.Context(), typ, append([]byte("echo "), msg...))
+			c.Close(websocket.StatusNormalClosure, "")
+		default:
+			body, _ := io.ReadAll(r.Body)
+			json.NewEncoder(w).Encode(map[string]string{
+				"served": "A", "path": r.URL.Path, "host": r.Host, "body": string(body),
+				"authorization": r.Header.Get("Authorization"), "cookie": r.Header.Get("Cookie"),
+				"forwarded": r.Header.Get(ForwardedHeader),
+			})
+		}
+	}))
+	t.Cleanup(a.Close)
+	t.Cleanup(func() { close(release) })
+	// An address nothing listens on: a live holder that does not answer.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + ln.Addr().String()
+	ln.Close()
+
+	now := time.Now()
+	ctx := t.Context()
+	for _, d := range []struct {
+		id, url string
+		beat    time.Time
+		holds   []string
+	}{
+		{"A", a.URL, now, []string{"sb-a", "sb-b"}},
+		{"B", "http://127.0.0.1:1", now, []string{"sb-self"}},
+		// C died an hour ago, though its address still answers: its
+		// agents are redialling.
+		{"C", a.URL, now.Add(-time.Hour), []string{"sb-c"}},
+		{"D", deadURL, now, []string{"sb-d"}},
+	} {
+		if err := st.Heartbeat(ctx, d.id, d.url, d.beat); err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range d.holds {
+			if err := st.HoldSession(ctx, sb, d.id, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// B: its forwarding in front of a local API that says it served.
+	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		json.NewEncoder(w).Encode(map[string]string{"served": "B", "path": r.URL.Path})
+	})
+	routes := api.New(api.Options{PreviewDomain: "preview.example.com", E2B: http.NotFoundHandler()})
+	fwd := Forwarding{
+		Self:       "B",
+		SandboxOf:  routes.SandboxOf,
+		HasSession: func(id string) bool { return id == "sb-b" }, // B's own agent session
+		Holders:    st,
+		Heartbeat:  time.Minute, // C's hour-old beat is dead, A's fresh one live, however slow the test
+		Log:        slog.New(slog.DiscardHandler),
+	}
+	b := httptest.NewServer(fwd.Handler(local))
+	t.Cleanup(b.Close)
+
+	call := func(t *testing.T, method, path string, hdr map[string]string, body io.Reader) *http.Response {
+		t.Helper()
+		// A forwarding that holds a stream back fails the call, not hangs
+		// the test.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		t.Cleanup(cancel)
+		req, err := http.NewRequestWithContext(ctx, method, b.URL+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range hdr {
+			if k == "Host" {
+				req.Host = v
+				continue
+			}
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	served := func(t *testing.T, resp *http.Response) map[string]string {
+		t.Helper()
+		var got map[string]string
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+			t.Fatalf("decode answer (status %d): %v", resp.StatusCode, err)
+		}
+		return got
+	}
+
+	t.Run("held by A reaches A with credential, host, body and mark", func(t *testing.T) {
+		t.Parallel()
+		resp := call(t, "POST", "/v1/sandboxes/sb-a/exec",
+			map[string]string{"Authorization": "Bearer tok-123", "Cookie": "hotcell_session=s1", "Host": "api.example.com"},
+			strings.NewReader(`{"command":"echo hi"}`))
+		got := served(t, resp)
+		want := map[string]string{
+			"served": "A", "path": "/v1/sandboxes/sb-a/exec", "host": "api.example.com", "body": `{"command":"echo hi"}`,
+			"authorization": "Bearer tok-123", "cookie": "hotcell_session=s1", "forwarded": "B",
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s at A: got %q, want %q", k, got[k], v)
+			}
+		}
+	})
+	t.Run("every method of the sandbox's record", func(t *testing.T) {
+		t.Parallel()
+		for _, m := range []string{"GET", "DELETE"} {
+			if got := served(t, call(t, m, "/v1/sandboxes/sb-a", nil, nil)); got["served"] != "A" || got["forwarded"] != "B" {
+				t.Errorf("%s /v1/sandboxes/sb-a: got %v, want served by A, forwarded by B", m, got)
+			}
+		}
+	})
+	t.Run("e2b envd by header", func(t *testing.T) {
+		t.Parallel()
+		got := served(t, call(t, "POST", "/e2b/filesystem.Filesystem/Stat", map[string]string{"E2b-Sandbox-Id": "sb-a"}, strings.NewReader("{}")))
+		if got["served"] != "A" || got["path"] != "/e2b/filesystem.Filesystem/Stat" {
+			t.Errorf("got %v, want served by A at /e2b/filesystem.Filesystem/Stat", got)
+		}
+	})
+	t.Run("preview host", func(t *testing.T) {
+		t.Parallel()
+		got := served(t, call(t, "GET", "/app.js", map[string]string{"Host": "3000-sb-a.preview.example.com"}, nil))
+		if got["served"] != "A" || got["host"] != "3000-sb-a.preview.example.com" {
+			t.Errorf("got %v, want served by A for host 3000-sb-a.preview.example.com", got)
+		}
+	})
+	t.Run("stream flushed line by line", func(t *testing.T) {
+		t.Parallel()
+		resp := call(t, "POST", "/v1/sandboxes/sb-a/stream", nil, nil)
+		lines := bufio.NewReader(resp.Body)
+		// A writes line 2 only once line 1 came through, while its
+		// call runs: a forwarding that buffered would never deliver it.
+		line, err := readLineWithin(lines, 30*time.Second)
+		if err != nil || line != `{"line":1}`+"\n" {
+			t.Fatalf("first line: got %q, %v, want {\"line\":1} before A ends", line, err)
+		}
+		release <- struct{}{}
+		if line, err := readLineWithin(lines, 30*time.Second); err != nil || line != `{"line":2}`+"\n" {
+			t.Fatalf("second line: got %q, %v", line, err)
+		}
+	})
+	t.Run("body streamed full duplex", func(t *testing.T) {
+		t.Parallel()
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		// The client's transport waits for its body's Read even past the
+		// call's deadline: end the body then, so a held-back answer fails
+		// the test rather than hang it.
+		stop := time.AfterFunc(time.Minute, func() { pw.CloseWithError(context.DeadlineExceeded) })
+		defer stop.Stop()
+		resp := call(t, "POST", "/v1/sandboxes/sb-a/duplex", nil, pr)
+		lines := bufio.NewReader(resp.Body)
+		// Each echo comes back while the request body is still open.
+		for _, s := range []string{"one", "two", "three"} {
+			if _, err := io.WriteString(pw, s+"\n"); err != nil {
+				t.Fatalf("write %q: %v", s, err)
+			}
+			if line, err := readLineWithin(lines, 30*time.Second); err != nil || line != "echo "+s+"\n" {
+				t.Fatalf("echo of %q: got %q, %v", s, line, err)
+			}
+		}
+		pw.Close()
+		if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
+			t.Errorf("after the body ends: got %q, %v, want the answer's end", rest, err)
+		}
+	})
+	t.Run("websocket upgrade", func(t *testing.T) {
+		t.Parallel()
+		c, resp, err := websocket.Dial(t.Context(), strings.Replace(b.URL, "http", "ws", 1)+"/v1/sandboxes/sb-a/ws", nil)
+		if err != nil {
+			t.Fatalf("dial through B: %v (%v)", err, resp)
+		}
+		defer c.CloseNow()
+		if err := c.Write(t.Context(), websocket.MessageBinary, []byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		_, msg, err := c.Read(t.Context())
+		if err != nil || string(msg) != "echo ping" {
+			t.Errorf("echo: got %q, %v, want echo ping", msg, err)
+		}
+	})
+	t.Run("served locally", func(t *testing.T) {
+		t.Parallel()
+		for _, tt := range []struct {
+			name, path string
+			hdr        map[string]string
+		}{
+			{"already forwarded", "/v1/sandboxes/sb-a/exec", map[string]string{ForwardedHeader: "X"}},
+			{"holder dead", "/v1/sandboxes/sb-c/exec", nil},
+			{"B holds the session", "/v1/sandboxes/sb-b/exec", nil},
+			{"registry names B", "/v1/sandboxes/sb-self/exec", nil},
+			{"no holder", "/v1/sandboxes/sb-none/exec", nil},
+			{"no sandbox", "/v1/host", nil},
+			{"create", "/v1/sandboxes", map[string]string{"E2b-Sandbox-Id": "sb-a"}},
+		} {
+			if got := served(t, call(t, "POST", tt.path, tt.hdr, strings.NewReader("{}"))); got["served"] != "B" {
+				t.Errorf("%s: got %v, want served by B", tt.name, got)
+			}
+		}
+	})
+	t.Run("live holder that does not answer", func(t *testing.T) {
+		t.Parallel()
+		resp := call(t, "POST", "/v1/sandboxes/sb-d/exec", nil, strings.NewReader("{}"))
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("got %d, Retry-After %q, want 503, 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		var doc errdefs.Body
+		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+			t.Fatalf("decode error document: %v", err)
+		}
+		if doc.Error.Code != "unavailable" || !strings.Contains(doc.Error.Message, "sb-d") || !strings.Contains(doc.Error.Message, "retry") {
+			t.Errorf("error: got %+v, want unavailable naming sb-d and saying to retry", doc.Error)
+		}
+	})
+}
+
+// readLineWithin reads a line, or fails after d rather than hang the test
+// on a forwarding that holds a stream back.
+func readLineWithin(r *bufio.Reader, d time.Duration) (string, error) {
+	type res struct {
+		s   string
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		s, err := r.ReadString('\n')
+		ch <- res{s, err}
+	}()
+	select {
+	case x := <-ch:
+		return x.s, x.err
+	case <-time.After(d):
+		return "", context.DeadlineExceeded
+	}
+}
