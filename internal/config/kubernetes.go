@@ -127,12 +127,21 @@ func (c *Config) validateDriver(bad func(key string, value any, format string, a
 
 // KubeGateway is where the LLM gateway listens on the Kubernetes driver
 // and the host:port pods reach it at: egress_gateway_port on agent_listen's
-// host and on agent_advertise's (its first address's, with several) host.
-// Pods already reach the daemon there (the agent channel), so the gateway
-// asks no address of its own.
+// host and on agent_advertise's host. Pods already reach the daemon there
+// (the agent channel), so the gateway asks no address of its own. With
+// several addresses (a set's daemons) it is the one of agent_listen's host,
+// this daemon's own, so that each daemon's pods call its gateway; else the
+// first.
 func (c Config) KubeGateway() (listen, advertise string) {
 	port := strconv.Itoa(c.Egress().GatewayPort)
-	lhost, _, _ := net.SplitHostPort(c.AgentListen)    // checked at load
-	ahost, _, _ := net.SplitHostPort(c.AgentAdvertiseAddrs()[0]) // set and checked at load
+	lhost, _, _ := net.SplitHostPort(c.AgentListen) // checked at load
+	addrs := c.AgentAdvertiseAddrs()                // set and checked at load
+	ahost, _, _ := net.SplitHostPort(addrs[0])
+	for _, a := range addrs {
+		if h, _, _ := net.SplitHostPort(a); h == lhost {
+			ahost = h
+			break
+		}
+	}
 	return net.JoinHostPort(lhost, port), net.JoinHostPort(ahost, port)
 }

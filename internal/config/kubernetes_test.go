@@ -70,6 +70,7 @@ func TestKubernetesGateway(t *testing.T) {
 		wantListen, wantAdvertise string
 	}{
 		{"listen is advertised", []string{"--agent-listen", "10.244.0.1:8091"}, "10.244.0.1:8090", "10.244.0.1:8090"},
+		{"a set's list: this daemon's own", []string{"--agent-listen", "10.244.0.2:8091", "--agent-advertise", "10.244.0.1:8091,10.244.0.2:8091"}, "10.244.0.2:8090", "10.244.0.2:8090"},
 		{"every address, advertise a name", []string{"--agent-listen", ":8091", "--agent-advertise", "hotcell.example:7443", "--egress-gateway-port", "7444"}, ":7444", "hotcell.example:7444"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -521,8 +521,12 @@ func (g *Gateway) Flush(ctx context.Context) error {
 // Handler is the gateway's HTTP handler, for its own listener.
 func (g *Gateway) Handler() http.Handler { return http.HandlerFunc(g.serve) }
 
-// lookup returns whose token tok is.
-func (g *Gateway) lookup(tok string) (key, bool) {
+// lookup returns whose token tok is. A token this gateway does not know
+// is looked up in the store when it can find one (tokenFinder): another
+// daemon of a set on the same store may have minted it after this one
+// loaded its tokens, and a pod whose base URL leads to any daemon of the
+// set (a Service in front of them) then reaches this one.
+func (g *Gateway) lookup(ctx context.Context, tok string) (key, bool) {
 	if tok == "" {
 		return key{}, false
 	}
@@ -530,5 +534,33 @@ func (g *Gateway) lookup(tok string) (key, bool) {
 	g.mu.RLock()
 	k, ok := g.byHash[h]
 	g.mu.RUnlock()
-	return k, ok
+	if ok {
+		return k, true
+	}
+	f, canFind := g.opts.Store.(tokenFinder)
+	if !canFind || !wellFormed(tok) {
+		return key{}, false
+	}
+	t, found, err := f.GatewayTokenByHash(ctx, formatHash(h))
+	if err != nil {
+		g.log.Warn("look up a gateway token in the store", "err", err)
+		return key{}, false
+	}
+	if _, known := g.providers[t.Provider]; !found || !known {
+		return key{}, false
+	}
+	k = key{t.SandboxID, t.Provider}
+	g.mu.Lock()
+	if old, ok := g.grants[k]; ok {
+		delete(g.byHash, old) // rotated on another daemon
+	}
+	g.grants[k] = h
+	g.byHash[h] = k
+	g.mu.Unlock()
+	return k, true
+}
+
+// tokenFinder is a store that finds a token's record by its hash.
+type tokenFinder interface {
+	GatewayTokenByHash(ctx context.Context, hash string) (store.GatewayToken, bool, error)
 }

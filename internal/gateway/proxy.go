@@ -52,7 +52,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, start, name, "", http.StatusNotFound, "not_found", fmt.Sprintf("no provider %q on this gateway: the path starts with the provider's name, as in the sandbox's *_BASE_URL", name), nil)
 		return
 	}
-	k, ok := g.lookup(p.token(r.Header))
+	k, ok := g.lookup(r.Context(), p.token(r.Header))
 	switch {
 	case !ok:
 		g.refuse(w, r, start, name, "", http.StatusUnauthorized, "unauthenticated",

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"strings"
 )
 
 // tokenPrefix marks gateway tokens, so that one found in a log or a
@@ -18,6 +19,17 @@ func newToken() (string, [32]byte) {
 	_, _ = rand.Read(b[:])
 	tok := tokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	return tok, hashToken(tok)
+}
+
+// wellFormed reports whether tok has the shape of a token newToken makes,
+// so that a guess of another shape costs no store look-up.
+func wellFormed(tok string) bool {
+	rest, ok := strings.CutPrefix(tok, tokenPrefix)
+	if !ok || len(rest) != base64.RawURLEncoding.EncodedLen(32) {
+		return false
+	}
+	_, err := base64.RawURLEncoding.DecodeString(rest)
+	return err == nil
 }
 
 func hashToken(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }

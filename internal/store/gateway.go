@@ -64,6 +64,23 @@ func (s *Store) DeleteGatewayTokens(ctx context.Context, sandboxID, provider str
 	return nil
 }
 
+// GatewayTokenByHash returns the record of the token whose hash is hash,
+// if there is one: a daemon of a set finds there a token another daemon
+// minted after it started.
+func (s *Store) GatewayTokenByHash(ctx context.Context, hash string) (GatewayToken, bool, error) {
+	t := GatewayToken{Hash: hash}
+	var at int64
+	err := s.db.QueryRowContext(ctx, `SELECT sandbox_id, provider, created_at FROM gateway_tokens WHERE token_hash = ?`, hash).Scan(&t.SandboxID, &t.Provider, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return GatewayToken{}, false, nil
+	}
+	if err != nil {
+		return GatewayToken{}, false, fmt.Errorf("look up gateway token: %w", err)
+	}
+	t.CreatedAt = time.Unix(0, at).UTC()
+	return t, true, nil
+}
+
 // ListGatewayTokens returns every token record.
 func (s *Store) ListGatewayTokens(ctx context.Context) ([]GatewayToken, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, provider, token_hash, created_at FROM gateway_tokens`)
