@@ -1,9 +1,13 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +18,7 @@ import (
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/store"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // ForwardedHeader marks a call one daemon of a set passed to another: the
@@ -42,9 +47,13 @@ type Forwarding struct {
 	// HasSession reports whether this daemon holds a live agent session
 	// of a sandbox (sandbox.Manager.HasSession).
 	HasSession func(id string) bool
-	// Holders is the registry (a *store.Store).
+	// Holders is the registry, the leases and the pools' configuration
+	// (a *store.Store).
 	Holders interface {
 		SessionHolder(ctx context.Context, sandbox string) (store.Daemon, bool, error)
+		LeaseHolder(ctx context.Context, name string) (string, time.Time, error)
+		Daemons(ctx context.Context) ([]store.Daemon, error)
+		Pools(ctx context.Context) (map[string]wire.PoolConfig, error)
 	}
 	// Heartbeat is the registry's heartbeat period; a holder is live while
 	// its last heartbeat is younger than holderLiveBeats of them.
@@ -104,12 +113,31 @@ func (f Forwarding) Handler(next http.Handler) http.Handler {
 				return // the client went away; nobody is left to answer
 			}
 			t := r.Context().Value(forwardTargetKey{}).(forwardTarget)
-			log.Warn("the daemon holding the sandbox's agent did not answer", "sandbox", t.sandbox, "holder", t.holder, "url", t.url.String(), "err", err)
+			if t.create != nil {
+				var op *net.OpError
+				if errors.As(err, &op) && op.Op == "dial" {
+					// The leader never got the create: make it here,
+					// cold, rather than fail it. (r is the outgoing
+					// request; the client's is t.in.)
+					log.Warn("the leader did not answer a create from its pool; creating here", "holder", t.holder, "err", err)
+					in := t.in
+					in.Body = io.NopCloser(bytes.NewReader(t.create))
+					in.ContentLength = int64(len(t.create))
+					t.local.ServeHTTP(w, in)
+					return
+				}
+			}
 			w.Header().Set("Retry-After", "1")
 			// The request's body may be unread, and full duplex leaves it
 			// so: the server drops the connection, which the client must
 			// not take back for its next call.
 			w.Header().Set("Connection", "close")
+			if t.create != nil {
+				log.Warn("the leader did not answer a create from its pool", "holder", t.holder, "url", t.url.String(), "err", err)
+				errdefs.Write(w, fmt.Errorf("the daemon holding the template's warm pool did not answer the create: %w", errdefs.ErrUnavailable), "")
+				return
+			}
+			log.Warn("the daemon holding the sandbox's agent did not answer", "sandbox", t.sandbox, "holder", t.holder, "url", t.url.String(), "err", err)
 			errdefs.Write(w, fmt.Errorf("the daemon holding sandbox %s's agent did not answer: retry in a moment: %w",
 				t.sandbox, errdefs.ErrUnavailable), "")
 		},
@@ -117,9 +145,13 @@ func (f Forwarding) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, ok := f.target(r, log)
 		if !ok {
+			t, ok = f.createTarget(r, log)
+		}
+		if !ok {
 			next.ServeHTTP(w, r)
 			return
 		}
+		t.local, t.in = next, r
 		// An exec's stdin streams in while its output streams out: the
 		// server must not cut the request body once the answer starts.
 		// HTTP/2 is full duplex already (ErrNotSupported).
@@ -134,6 +166,81 @@ type forwardTargetKey struct{}
 type forwardTarget struct {
 	sandbox, holder string
 	url             *url.URL
+	// create is the body of a create sent to the leader for its pool: the
+	// call is served locally with it when the leader cannot be dialled.
+	create []byte
+	local  http.Handler
+	in     *http.Request
+}
+
+// maxPeekedCreate bounds the create body read to find its template; a
+// larger one is served where it landed.
+const maxPeekedCreate = 1 << 20
+
+// createTarget reports where a create goes when it names a template with
+// a warm pool and another live daemon leads the loops: a pool's ready
+// boxes are in the leader's memory (refill runs there), so only the
+// leader claims them, and a create served elsewhere would be cold. The
+// body is read (up to maxPeekedCreate) for the template and put back.
+func (f Forwarding) createTarget(r *http.Request, log *slog.Logger) (forwardTarget, bool) {
+	if r.Method != http.MethodPost || r.Header.Get(ForwardedHeader) != "" || r.Body == nil {
+		return forwardTarget{}, false
+	}
+	switch r.URL.Path {
+	case "/v1/sandboxes", "/e2b/sandboxes", "/e2b/v2/sandboxes":
+	default:
+		return forwardTarget{}, false
+	}
+	if _, ok := f.SandboxOf(r); ok {
+		return forwardTarget{}, false // a preview host's path, not a create
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPeekedCreate+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	if err != nil || len(body) > maxPeekedCreate {
+		return forwardTarget{}, false
+	}
+	var req struct {
+		Template   string `json:"template"`   // hotcell's create
+		TemplateID string `json:"templateID"` // E2B's
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return forwardTarget{}, false // the API says what is wrong with it
+	}
+	name := req.Template
+	if name == "" {
+		name = req.TemplateID
+	}
+	if name == "" {
+		return forwardTarget{}, false
+	}
+	ctx := r.Context()
+	leader, until, err := f.Holders.LeaseHolder(ctx, loopsLease)
+	if err != nil || leader == "" || leader == f.Self || time.Now().After(until) {
+		return forwardTarget{}, false
+	}
+	pools, err := f.Holders.Pools(ctx)
+	if _, ok := pools[name]; err != nil || !ok {
+		return forwardTarget{}, false
+	}
+	ds, err := f.Holders.Daemons(ctx)
+	if err != nil {
+		log.Warn("list the daemons for a create from a pool", "err", err)
+		return forwardTarget{}, false
+	}
+	for _, d := range ds {
+		if d.ID != leader || time.Since(d.HeartbeatAt) > holderLiveBeats*f.Heartbeat {
+			continue
+		}
+		u, err := url.Parse(d.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return forwardTarget{}, false
+		}
+		return forwardTarget{holder: d.ID, url: u, create: body}, true
+	}
+	return forwardTarget{}, false
 }
 
 // target reports where r goes when another live daemon holds the session

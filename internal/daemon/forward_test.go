@@ -19,6 +19,7 @@ import (
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 // TestForwarding runs daemon B's forwarding handler, on a real PostgreSQL
@@ -113,6 +114,14 @@ func TestForwarding(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+
+	// A leads the loops, so its memory holds the ready boxes of py's pool.
+	if ok, err := st.AcquireLease(ctx, loopsLease, "A", now, time.Hour); err != nil || !ok {
+		t.Fatalf("A takes the loops' lease: %v, %v", ok, err)
+	}
+	if err := st.PutPool(ctx, "py", wire.PoolConfig{Min: 1}); err != nil {
+		t.Fatal(err)
 	}
 
 	// B: its forwarding in front of a local API that says it served.
@@ -277,6 +286,27 @@ func TestForwarding(t *testing.T) {
 			}
 		}
 	})
+	t.Run("create from a pool goes to the leader", func(t *testing.T) {
+		t.Parallel()
+		for _, tt := range []struct{ path, body, want string }{
+			{"/v1/sandboxes", `{"template":"py","env":{"A":"1"}}`, "A"},
+			{"/e2b/v2/sandboxes", `{"templateID":"py","timeout":60}`, "A"},
+			{"/e2b/sandboxes", `{"templateID":"py"}`, "A"},
+			{"/v1/sandboxes", `{"template":"no-pool"}`, "B"},
+			{"/v1/sandboxes", `{"image":"busybox"}`, "B"},
+			{"/v1/sandboxes", `{"template":`, "B"}, // bad JSON: the API answers it here
+		} {
+			got := served(t, call(t, "POST", tt.path, map[string]string{"Authorization": "Bearer k"}, strings.NewReader(tt.body)))
+			if got["served"] != tt.want {
+				t.Errorf("POST %s %s: got %v, want served by %s", tt.path, tt.body, got, tt.want)
+				continue
+			}
+			if tt.want == "A" && (got["body"] != tt.body || got["authorization"] != "Bearer k" || got["forwarded"] != "B") {
+				t.Errorf("POST %s at A: got body %q, authorization %q, forwarded %q, want %q, Bearer k, B",
+					tt.path, got["body"], got["authorization"], got["forwarded"], tt.body)
+			}
+		}
+	})
 	t.Run("live holder that does not answer", func(t *testing.T) {
 		t.Parallel()
 		resp := call(t, "POST", "/v1/sandboxes/sb-d/exec", nil, strings.NewReader("{}"))
@@ -310,5 +340,68 @@ func readLineWithin(r *bufio.Reader, d time.Duration) (string, error) {
 		return x.s, x.err
 	case <-time.After(d):
 		return "", context.DeadlineExceeded
+	}
+}
+
+// TestForwardingCreateLeaderDown: a create from a pool whose leader cannot
+// be dialled is made where it landed (cold) rather than failed, and one
+// on the leader itself, or under a lapsed lease, is never forwarded.
+func TestForwardingCreateLeaderDown(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(t.Context(), testenv.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + ln.Addr().String()
+	ln.Close()
+	ctx, now := t.Context(), time.Now()
+	if err := st.Heartbeat(ctx, "D", deadURL, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutPool(ctx, "py", wire.PoolConfig{Min: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.AcquireLease(ctx, loopsLease, "D", now, time.Hour); err != nil || !ok {
+		t.Fatalf("D takes the loops' lease: %v, %v", ok, err)
+	}
+	var gotBody string
+	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		gotBody = string(b)
+		w.Header().Set("X-Served", "local")
+		w.WriteHeader(http.StatusCreated)
+	})
+	fwd := Forwarding{Self: "B", SandboxOf: api.New(api.Options{}).SandboxOf, HasSession: func(string) bool { return false },
+		Holders: st, Heartbeat: time.Minute, Log: slog.New(slog.DiscardHandler)}
+	h := fwd.Handler(local)
+	for _, name := range []string{"leader down", "leader is B", "lease lapsed"} {
+		switch name {
+		case "leader is B":
+			if err := st.ReleaseLease(ctx, loopsLease, "D"); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := st.AcquireLease(ctx, loopsLease, "B", now, time.Hour); err != nil || !ok {
+				t.Fatalf("B takes the loops' lease: %v, %v", ok, err)
+			}
+		case "lease lapsed":
+			if err := st.ReleaseLease(ctx, loopsLease, "B"); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := st.AcquireLease(ctx, loopsLease, "D", now.Add(-time.Hour), time.Minute); err != nil || !ok {
+				t.Fatalf("D takes the loops' lease: %v, %v", ok, err)
+			}
+		}
+		body := `{"template":"py"}`
+		gotBody = ""
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, "POST", "/v1/sandboxes", strings.NewReader(body)))
+		if rec.Code != http.StatusCreated || rec.Header().Get("X-Served") != "local" || gotBody != body {
+			t.Errorf("%s: got %d, served %q, body %q, want 201 served locally with %q", name, rec.Code, rec.Header().Get("X-Served"), gotBody, body)
+		}
 	}
 }
