@@ -1038,6 +1038,18 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, sb := range recs {
 		log := m.log.With("sandbox", sb.ID)
 		if sb.Pool != "" {
+			if sb.State == wire.StateCreating {
+				// A refill in flight on the leader of a set is not a
+				// leftover (set.go).
+				leftover, creator, err := m.unfinishedCreate(ctx, sb.ID, true)
+				if err != nil {
+					return fmt.Errorf("recover the pooled box %s: %w", sb.ID, err)
+				}
+				if !leftover {
+					log.Info("leaving alone a pool refill in flight on another daemon", "creator", creator)
+					continue
+				}
+			}
 			if err := m.recoverPooled(ctx, sb); err != nil {
 				return err
 			}

@@ -340,3 +340,43 @@ func TestSetRecoverFixesOnce(t *testing.T) {
 		t.Errorf("the running sandbox: %d recovered events, want none (nothing changed)", n)
 	}
 }
+
+// TestSetRecoverLeavesLiveRefill: a daemon of a set starting while the
+// leader refills a warm pool leaves the pooled box being made alone; one
+// whose maker is gone is removed as before.
+func TestSetRecoverLeavesLiveRefill(t *testing.T) {
+	t.Parallel()
+	testenv.RequireDocker(t)
+	url := testenv.RequirePostgres(t)
+	dir, err := os.MkdirTemp("/tmp", "hcset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	m, st, _ := newSetManager(t, url, "daemon-b", dir, NewInstance(), "/bin/true", false)
+	t.Cleanup(func() { st.Close() })
+	t.Cleanup(m.Close)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go beat(ctx, st, "leader")
+	waitFor(t, "the leader's heartbeat", func() bool {
+		ok, err := storePeers{st: st, bound: time.Second}.Alive(t.Context(), "leader")
+		return err == nil && ok
+	})
+	now := time.Now().UTC()
+	for id, creator := range map[string]string{"sb-live-refill": "leader", "sb-dead-refill": "gone"} {
+		sb := wire.Sandbox{ID: id, State: wire.StateCreating, Image: "x", Pool: "p", Persist: true, CreatedAt: now, UpdatedAt: now}
+		if err := st.PutCreating(t.Context(), sb, creator); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := st.Get(t.Context(), "sb-live-refill"); err != nil || sb.State != wire.StateCreating {
+		t.Errorf("the live leader's refill after another daemon's start: %+v, %v; want it left creating", sb, err)
+	}
+	if _, err := st.Get(t.Context(), "sb-dead-refill"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a gone daemon's refill after the start: %v, want removed", err)
+	}
+}
