@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/hotcell/hotcell/internal/api"
+	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/testenv"
@@ -403,5 +404,37 @@ func TestForwardingCreateLeaderDown(t *testing.T) {
 		if rec.Code != http.StatusCreated || rec.Header().Get("X-Served") != "local" || gotBody != body {
 			t.Errorf("%s: got %d, served %q, body %q, want 201 served locally with %q", name, rec.Code, rec.Header().Get("X-Served"), gotBody, body)
 		}
+	}
+}
+
+// TestAdvertiseURL: the registry gets advertise_url when set, else the
+// listen address, with a warning when that is a wildcard the other
+// daemons cannot reach.
+func TestAdvertiseURL(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, advertise string
+		addr            *net.TCPAddr
+		want            string
+		warn            bool
+	}{
+		{"set", "https://hotcell-0.hotcell.ns.svc:8443", &net.TCPAddr{IP: net.IPv4zero, Port: 8080}, "https://hotcell-0.hotcell.ns.svc:8443", false},
+		{"loopback", "", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, "http://127.0.0.1:8080", false},
+		{"an address", "", &net.TCPAddr{IP: net.IPv4(10, 0, 0, 5), Port: 8080}, "http://10.0.0.5:8080", false},
+		{"wildcard v4", "", &net.TCPAddr{IP: net.IPv4zero, Port: 8080}, "http://0.0.0.0:8080", true},
+		{"wildcard v6", "", &net.TCPAddr{IP: net.IPv6unspecified, Port: 8080}, "http://[::]:8080", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var logs strings.Builder
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			got := advertiseURL(config.Config{AdvertiseURL: tt.advertise}, tt.addr, log)
+			if got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+			if warned := strings.Contains(logs.String(), "set advertise_url"); warned != tt.warn {
+				t.Errorf("warned %v, want %v (log %q)", warned, tt.warn, logs.String())
+			}
+		})
 	}
 }
