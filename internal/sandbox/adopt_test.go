@@ -98,6 +98,9 @@ func TestAgentMovesToALiveDaemon(t *testing.T) {
 	if printenv(t, b.m, onB.ID, "PATH") == "" {
 		t.Error("exec through B in B's sandbox: no PATH")
 	}
+	if !b.m.HasSession(onB.ID) || a.m.HasSession(onB.ID) {
+		t.Errorf("HasSession of B's sandbox: B %v, A %v, want true, false (daemon.Forwarding serves by it)", b.m.HasSession(onB.ID), a.m.HasSession(onB.ID))
+	}
 
 	sb, err := a.m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
 	if err != nil {
@@ -109,6 +112,9 @@ func TestAgentMovesToALiveDaemon(t *testing.T) {
 	if _, err := b.m.Agent(ctx, sb.ID); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("B's agent connection of A's sandbox while A holds it: got %v, want none (unavailable)", err)
 	}
+	if !a.m.HasSession(sb.ID) || b.m.HasSession(sb.ID) {
+		t.Errorf("HasSession of A's sandbox: A %v, B %v, want true, false", a.m.HasSession(sb.ID), b.m.HasSession(sb.ID))
+	}
 
 	// A goes as a daemon that stops does: its sessions, then its listener.
 	a.m.Close()
@@ -119,5 +125,8 @@ func TestAgentMovesToALiveDaemon(t *testing.T) {
 	})
 	if printenv(t, b.m, sb.ID, "PATH") == "" {
 		t.Error("exec through B after A went: no PATH")
+	}
+	if !b.m.HasSession(sb.ID) {
+		t.Error("HasSession of A's sandbox on B after A went: false, want true")
 	}
 }
