@@ -32,7 +32,8 @@ import (
 // daemons on one store"); its own API answers 418, so a call it did not
 // forward shows. The mark X-Hotcell-Forwarded grants nothing: without the
 // token a forwarded call, and a marked call sent straight to the holder,
-// are refused.
+// are refused, and a Host the holder does not answer is refused through
+// the forwarder too.
 func TestForwardingToTheHoldingDaemon(t *testing.T) {
 	t.Parallel()
 	pg := testenv.RequirePostgres(t)
@@ -140,13 +141,29 @@ func TestForwardingToTheHoldingDaemon(t *testing.T) {
 	if _, err := noTok.Exec(ctx, sb.ID, client.ExecRequest{Command: "true"}); !errors.Is(err, client.ErrUnauthenticated) {
 		t.Errorf("exec through the forwarder without the token: got %v, want unauthenticated (from the holder)", err)
 	}
+	// Nor does the hop launder a Host: the holder checks the client's
+	// (DNS rebinding, docs/security.md), right token or not.
+	rebound, err := http.NewRequestWithContext(ctx, "POST", b.URL+"/v1/sandboxes/"+sb.ID+"/exec", strings.NewReader(`{"command":"true"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebound.Host = "attacker.example"
+	rebound.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	resp, err := http.DefaultClient.Do(rebound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a call naming attacker.example in Host through the forwarder: got %d, want 403 from the holder", resp.StatusCode)
+	}
 	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+a.Addr+"/v1/sandboxes/"+sb.ID+"/exec", strings.NewReader(`{"command":"true"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set(daemon.ForwardedHeader, "e2e-forwarder")
 	req.Header.Set("Authorization", "Bearer not-the-token")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
