@@ -214,7 +214,10 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		forward func(http.Handler) http.Handler
 	)
 	if reg != nil {
+		forwarded := NewForwardedCounter()
+		mets.Registry().MustRegister(forwarded)
 		forward = Forwarding{
+			Counted:    forwarded,
 			Self:       reg.id,
 			SandboxOf:  func(r *http.Request) (string, bool) { return srv.SandboxOf(r) },
 			HasSession: mgr.HasSession,

@@ -15,6 +15,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/store"
@@ -59,6 +61,33 @@ type Forwarding struct {
 	// its last heartbeat is younger than holderLiveBeats of them.
 	Heartbeat time.Duration
 	Log       *slog.Logger
+	// Counted, if set, counts the calls passed on (NewForwardedCounter).
+	Counted *prometheus.CounterVec
+}
+
+// NewForwardedCounter is hotcell_forwarded_requests_total: the calls a
+// daemon passed to another daemon of its set, by kind (sandbox: to the
+// holder of its agent's session; create: to the leader, for its pool) and
+// result (passed; unavailable: the other daemon did not answer and the
+// client got a 503; local: a create whose leader could not be dialled,
+// made here instead).
+func NewForwardedCounter() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hotcell_forwarded_requests_total",
+		Help: "Calls passed to another daemon of the set, by kind (sandbox, create) and result (passed, unavailable, local).",
+	}, []string{"kind", "result"})
+}
+
+// count adds one call of t's kind with result to Counted.
+func (f Forwarding) count(t forwardTarget, result string) {
+	if f.Counted == nil {
+		return
+	}
+	kind := "sandbox"
+	if t.create != nil {
+		kind = "create"
+	}
+	f.Counted.WithLabelValues(kind, result).Inc()
 }
 
 // Handler serves a call for a sandbox whose agent session another live
@@ -105,14 +134,19 @@ func (f Forwarding) Handler(next http.Handler) http.Handler {
 			pr.SetXForwarded()
 			pr.Out.Header.Set(ForwardedHeader, f.Self)
 		},
+		ModifyResponse: func(res *http.Response) error {
+			// The other daemon answered (an upgrade too): passed.
+			f.count(res.Request.Context().Value(forwardTargetKey{}).(forwardTarget), "passed")
+			return nil
+		},
 		Transport:     tr,
 		FlushInterval: -1, // NDJSON streams and Connect's server streams line by line
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			t := r.Context().Value(forwardTargetKey{}).(forwardTarget)
 			if r.Context().Err() != nil {
 				return // the client went away; nobody is left to answer
 			}
-			t := r.Context().Value(forwardTargetKey{}).(forwardTarget)
 			if t.create != nil {
 				var op *net.OpError
 				if errors.As(err, &op) && op.Op == "dial" {
@@ -123,10 +157,12 @@ func (f Forwarding) Handler(next http.Handler) http.Handler {
 					in := t.in
 					in.Body = io.NopCloser(bytes.NewReader(t.create))
 					in.ContentLength = int64(len(t.create))
+					f.count(t, "local")
 					t.local.ServeHTTP(w, in)
 					return
 				}
 			}
+			f.count(t, "unavailable")
 			w.Header().Set("Retry-After", "1")
 			// The request's body may be unread, and full duplex leaves it
 			// so: the server drops the connection, which the client must
@@ -156,6 +192,7 @@ func (f Forwarding) Handler(next http.Handler) http.Handler {
 		// server must not cut the request body once the answer starts.
 		// HTTP/2 is full duplex already (ErrNotSupported).
 		_ = http.NewResponseController(w).EnableFullDuplex()
+		log.Debug("forward", "method", r.Method, "path", r.URL.Path, "sandbox", t.sandbox, "to", t.holder)
 		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardTargetKey{}, t)))
 	})
 }

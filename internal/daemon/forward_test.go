@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hotcell/hotcell/internal/api"
 	"github.com/hotcell/hotcell/internal/config"
@@ -138,9 +139,27 @@ func TestForwarding(t *testing.T) {
 		Holders:    st,
 		Heartbeat:  time.Minute, // C's hour-old beat is dead, A's fresh one live, however slow the test
 		Log:        slog.New(slog.DiscardHandler),
+		Counted:    NewForwardedCounter(),
 	}
 	b := httptest.NewServer(fwd.Handler(local))
 	t.Cleanup(b.Close)
+	// After every subtest: each call passed on is counted once, by kind
+	// and result; those served here are not.
+	t.Cleanup(func() {
+		for _, c := range []struct {
+			kind, result string
+			want         float64
+		}{
+			{"sandbox", "passed", 8}, // exec, GET, DELETE, envd, preview, stream, duplex, websocket
+			{"sandbox", "unavailable", 1},
+			{"create", "passed", 3},
+			{"create", "unavailable", 0},
+		} {
+			if got := counted(t, fwd.Counted, c.kind, c.result); got != c.want {
+				t.Errorf("hotcell_forwarded_requests_total{kind=%q,result=%q}: got %v, want %v", c.kind, c.result, got, c.want)
+			}
+		}
+	})
 
 	call := func(t *testing.T, method, path string, hdr map[string]string, body io.Reader) *http.Response {
 		t.Helper()
@@ -378,7 +397,7 @@ func TestForwardingCreateLeaderDown(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	fwd := Forwarding{Self: "B", SandboxOf: api.New(api.Options{}).SandboxOf, HasSession: func(string) bool { return false },
-		Holders: st, Heartbeat: time.Minute, Log: slog.New(slog.DiscardHandler)}
+		Holders: st, Heartbeat: time.Minute, Log: slog.New(slog.DiscardHandler), Counted: NewForwardedCounter()}
 	h := fwd.Handler(local)
 	for _, name := range []string{"leader down", "leader is B", "lease lapsed"} {
 		switch name {
@@ -404,6 +423,9 @@ func TestForwardingCreateLeaderDown(t *testing.T) {
 		if rec.Code != http.StatusCreated || rec.Header().Get("X-Served") != "local" || gotBody != body {
 			t.Errorf("%s: got %d, served %q, body %q, want 201 served locally with %q", name, rec.Code, rec.Header().Get("X-Served"), gotBody, body)
 		}
+	}
+	if got := counted(t, fwd.Counted, "create", "local"); got != 1 {
+		t.Errorf("creates made here as the leader could not be dialled: counted %v, want 1", got)
 	}
 }
 
@@ -437,4 +459,28 @@ func TestAdvertiseURL(t *testing.T) {
 			}
 		})
 	}
+}
+
+// counted reads hotcell_forwarded_requests_total{kind,result} as a scrape
+// would.
+func counted(t *testing.T, cv *prometheus.CounterVec, kind, result string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(cv)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["kind"] == kind && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
