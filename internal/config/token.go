@@ -85,3 +85,30 @@ func private(path string, fi fs.FileInfo) error {
 	}
 	return nil
 }
+
+// WriteToken replaces the token file at path with token, 0600, by rename:
+// a daemon joining a set of daemons takes the set's token.
+func WriteToken(path, token string) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, ".token-*")
+	if err != nil {
+		return fmt.Errorf("write token: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(token + "\n"); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write token: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write token: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write token: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write token: %w", err)
+	}
+	syncDir(dir)
+	return nil
+}

@@ -69,12 +69,21 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
-	if store.IsPostgresURL(cfg.StoreTarget()) {
+	if store.IsPostgresURL(cfg.StoreTarget()) && !cfg.Kubernetes() {
 		release, err := claimStore(ctx, st, cfg, log)
 		if err != nil {
 			return err
 		}
 		defer release() // before the store closes
+	}
+	if store.IsPostgresURL(cfg.StoreTarget()) {
+		// The daemons of a set answer one token (identity.go).
+		shared, err := setSecret(ctx, st, settingAPIToken, cfg.TokenPath(), token, created, log)
+		if err != nil {
+			return err
+		}
+		created = created && shared == token
+		token = shared
 	}
 
 	be, err := openBackend(ctx, cfg, log)
@@ -201,7 +210,11 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	mets.Registry().MustRegister(mgr.PoolCollector())
 
 	keys := apikeys.New(st, log)
-	e2bSrv, err := newE2B(cfg, token, keys, mgr, tpls, bk, log)
+	e2bKey, err := e2bSecret(ctx, cfg, st, log)
+	if err != nil {
+		return err
+	}
+	e2bSrv, err := newE2B(cfg, token, e2bKey, keys, mgr, tpls, bk, log)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 
 	"github.com/hotcell/hotcell/internal/backup"
 	"github.com/hotcell/hotcell/internal/config"
@@ -18,13 +17,9 @@ import (
 )
 
 // newE2B builds the E2B-compatible API (docs/e2b.md). Its envd access
-// tokens derive from a secret kept in the data dir, so they survive a
-// restart.
-func newE2B(cfg config.Config, token string, keys e2b.Keys, mgr *sandbox.Manager, tpl *templates.Service, bk *backup.Service, log *slog.Logger) (*e2b.Server, error) {
-	secret, _, err := config.EnsureToken(filepath.Join(cfg.DataDir, "e2b-secret"))
-	if err != nil {
-		return nil, fmt.Errorf("e2b secret: %w", err)
-	}
+// tokens derive from secret (e2bSecret: kept in the data dir, or the
+// store's on a set), so they survive a restart.
+func newE2B(cfg config.Config, token, secret string, keys e2b.Keys, mgr *sandbox.Manager, tpl *templates.Service, bk *backup.Service, log *slog.Logger) (*e2b.Server, error) {
 	templates := cfg.E2BTemplateMap()
 	for id, img := range templates {
 		if !images.ValidRef(img) {

@@ -31,10 +31,56 @@ import (
 // labelled with the old id, and its agents pinned to the old certificate,
 // are then another instance's, left alone (not removed) as they are when
 // a daemon is pointed at a new store.
+//
+// The set's secrets go the same way: the API token (so a client, and the
+// CLI on any daemon's host, may call any daemon of the set with one
+// token, which forwarding passes on) and the E2B envd tokens' secret (so
+// an envd token minted by one daemon is good at another, which holds the
+// sandbox's agent once its first daemon died). Each is kept in the data
+// dir's file too, which the CLI and E2B's tokens read as before.
 const (
 	settingInstance     = "instance"
 	settingAgentChannel = "agent-channel"
+	settingAPIToken     = "api-token"
+	settingE2BSecret    = "e2b-secret"
 )
+
+// setSecret returns the secret the daemons of a PostgreSQL store share
+// under name, kept in the data dir's file at path as well. local is that
+// file's (EnsureToken's); fresh says this start just made it. The store's
+// wins once set; a daemon that finds none uploads its own. A daemon whose
+// own secret was in use (not fresh) and is not the set's is told so: its
+// clients must take the set's, which its file now holds.
+func setSecret(ctx context.Context, st *store.Store, name, path, local string, fresh bool, log *slog.Logger) (string, error) {
+	stored, err := st.InitSetting(ctx, name, local)
+	if err != nil {
+		return "", fmt.Errorf("%s of the store: %w", name, err)
+	}
+	if stored == local {
+		return stored, nil
+	}
+	if err := config.WriteToken(path, stored); err != nil {
+		return "", fmt.Errorf("%s of the store: %w", name, err)
+	}
+	if !fresh {
+		log.Warn("this daemon's "+name+" is not the one of the daemons sharing its store: the store's is used and now in the file; clients holding the old one must take the new", "path", path)
+	}
+	return stored, nil
+}
+
+// e2bSecret is the key E2B's envd access tokens derive from: the data
+// dir's, or on PostgreSQL the store's.
+func e2bSecret(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger) (string, error) {
+	path := filepath.Join(cfg.DataDir, "e2b-secret")
+	secret, created, err := config.EnsureToken(path)
+	if err != nil {
+		return "", fmt.Errorf("e2b secret: %w", err)
+	}
+	if !store.IsPostgresURL(cfg.StoreTarget()) {
+		return secret, nil
+	}
+	return setSecret(ctx, st, settingE2BSecret, path, secret, created, log)
+}
 
 // agentChannelDir is where a daemon on SQLite keeps the channel material.
 func agentChannelDir(cfg config.Config) string { return filepath.Join(cfg.DataDir, "agent-channel") }

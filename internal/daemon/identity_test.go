@@ -167,3 +167,79 @@ func TestRegistryAlive(t *testing.T) {
 		t.Errorf("Self: got %q, want me", r.Self())
 	}
 }
+
+// TestSetSecrets: on one PostgreSQL store the daemons answer one API token
+// and derive E2B's envd tokens from one secret: the first daemon's are
+// uploaded, a later daemon with secrets of its own takes the store's into
+// its files (0600, which the CLI reads); on SQLite the files stay each
+// daemon's own.
+func TestSetSecrets(t *testing.T) {
+	t.Parallel()
+	pg := testenv.RequirePostgres(t)
+	st, err := store.Open(t.Context(), pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	secrets := func(cfg config.Config) (token, e2b string) {
+		t.Helper()
+		local, created, err := config.EnsureToken(cfg.TokenPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = local
+		if store.IsPostgresURL(cfg.StoreTarget()) {
+			if token, err = setSecret(t.Context(), st, settingAPIToken, cfg.TokenPath(), local, created, quiet); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if e2b, err = e2bSecret(t.Context(), cfg, st, quiet); err != nil {
+			t.Fatal(err)
+		}
+		return token, e2b
+	}
+	file := func(path string) string {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %04o, want 0600", path, fi.Mode().Perm())
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b[:len(b)-1])
+	}
+
+	// Alone on SQLite first: its own secrets.
+	first := config.Config{DataDir: t.TempDir()}
+	ownToken, ownE2B := secrets(first)
+	other := config.Config{DataDir: t.TempDir()}
+	otherToken, otherE2B := secrets(other)
+	if ownToken == otherToken || ownE2B == otherE2B {
+		t.Fatal("two daemons on SQLite share a secret")
+	}
+	// Onto the store: the first's are uploaded, the other takes them.
+	first.Store, other.Store = pg, pg
+	if tok, e2b := secrets(first); tok != ownToken || e2b != ownE2B {
+		t.Errorf("the first daemon on the store: token and e2b secret changed, want its own uploaded")
+	}
+	tok, e2b := secrets(other)
+	if tok != ownToken || e2b != ownE2B {
+		t.Errorf("the second daemon on the store: want the first's token and e2b secret")
+	}
+	if got := file(other.TokenPath()); got != ownToken {
+		t.Errorf("the second daemon's token file holds %q, want the set's", got)
+	}
+	if got := file(filepath.Join(other.DataDir, "e2b-secret")); got != ownE2B {
+		t.Errorf("the second daemon's e2b-secret file holds another secret than the set's")
+	}
+	// A new daemon's fresh ones lose to the store's as well.
+	fresh := config.Config{DataDir: t.TempDir(), Store: pg}
+	if tok, e2b := secrets(fresh); tok != ownToken || e2b != ownE2B {
+		t.Errorf("a new daemon on the store: want the set's token and e2b secret")
+	}
+}

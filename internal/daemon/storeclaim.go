@@ -13,11 +13,14 @@ import (
 	"github.com/hotcell/hotcell/internal/store"
 )
 
-// Several daemons may share a PostgreSQL store only once they forward
-// calls to each other and elect who reconciles (issue 17, part 4). Until
-// then a daemon holds the store's "daemon" lease while it runs, and a
+// Several daemons serve one PostgreSQL store only on the Kubernetes
+// driver, whose boxes depend on no daemon's host: a pod dials whichever
+// daemon of the set listens, and any daemon reaches it through the
+// cluster. A Docker box hangs on its daemon's host (its run dir, agent
+// socket, egress network and firewall are the daemon's), so a daemon on
+// the Docker driver holds the store's "daemon" lease while it runs, and a
 // second daemon on the same store refuses to start rather than have two
-// reconcilers act on one set of records.
+// daemons act on one engine's boxes.
 const (
 	storeLease      = "daemon"
 	storeLeaseTTL   = 30 * time.Second
@@ -48,7 +51,7 @@ func claimStore(ctx context.Context, st *store.Store, cfg config.Config, log *sl
 		if err != nil {
 			return nil, fmt.Errorf("claim the store: %w", err)
 		}
-		return nil, fmt.Errorf("another hotcell daemon (%s) serves this store (claimed until %s): several daemons on one store are not supported yet; stop that daemon (its claim lapses %s after it stops) or give this one a store of its own",
+		return nil, fmt.Errorf("another hotcell daemon (%s) serves this store (claimed until %s): several daemons serve one store only on the kubernetes driver (docs/kubernetes.md, Several daemons on one store); stop that daemon (its claim lapses %s after it stops) or give this one a store of its own",
 			other, until.Format(time.RFC3339), storeLeaseTTL)
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -77,10 +77,6 @@ type Options struct {
 	// sandboxes), taken from 10.215.0.0/16, where the /24s of other test
 	// daemons never are.
 	EgressSubnetBits int
-	// TokenOf, when set, gives this daemon that daemon's API token (its
-	// data dir's token file, copied before the first start): the daemons
-	// of a set on one store share one token.
-	TokenOf *Daemon
 }
 
 // AgentChannelEnv, set to "tcp", runs every test daemon (that does not
@@ -263,15 +259,6 @@ func newDaemon(e env, opts Options, owner testing.TB) (*Daemon, error) {
 		d.args = append(d.args, "--store", opts.Store)
 	}
 	d.env = opts.Env
-	if o := opts.TokenOf; o != nil {
-		tok, err := os.ReadFile(filepath.Join(o.DataDir, "token"))
-		if err != nil {
-			return fail(fmt.Errorf("read the token to share: %w", err))
-		}
-		if err := os.WriteFile(filepath.Join(dir, "token"), tok, 0o600); err != nil {
-			return fail(err)
-		}
-	}
 	return d, nil
 }
 

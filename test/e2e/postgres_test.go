@@ -56,8 +56,8 @@ func TestDaemonOnPostgres(t *testing.T) {
 		t.Errorf("the loops' lease: holder %q, want the daemon %q", h, self)
 	}
 
-	// A second daemon on the same store refuses to start, saying why,
-	// until several daemons can share one (issue 17).
+	// A second daemon on the same store refuses to start, saying why:
+	// on the Docker driver a daemon has its store to itself (issue 17).
 	exitErr, log := testdaemon.StartFailing(t, testdaemon.Options{Store: pg})
 	if exitErr == nil || !strings.Contains(log, "another hotcell daemon") || !strings.Contains(log, d.DataDir) {
 		t.Errorf("a second daemon on the store: exit %v, want a refusal naming the first daemon's data dir; log:\n%s", exitErr, log)
