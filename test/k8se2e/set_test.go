@@ -111,7 +111,6 @@ func forwarded(t *testing.T, c *client.Client, result string) float64 {
 	return 0
 }
 
-
 // TestDaemonSetOnOneStore is issue 17's test of several daemons: a sandbox
 // made through daemon A answers exec and file calls through daemon B (whose
 // calls A serves, as A holds the sandbox's agent session); A is SIGKILLed in
