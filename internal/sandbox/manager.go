@@ -914,6 +914,9 @@ func (m *Manager) Start(ctx context.Context, id string) (wire.Sandbox, error) {
 	if err != nil {
 		return sb, err
 	}
+	if err := m.putStarting(ctx, id); err != nil {
+		return sb, err
+	}
 	if err := m.drv.Start(ctx, id); err != nil {
 		return sb, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
@@ -1090,10 +1093,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 				return fmt.Errorf("listen for the agent of %s: %w", sb.ID, err)
 			}
 		}
-		if byLeader {
+		if byLeader && !m.ownCutStart(ctx, sb, st) {
 			continue
 		}
-		if err := m.fixRecord(ctx, sb, st, true); err != nil {
+		if err := m.fixRecord(ctx, sb, st, !byLeader); err != nil {
 			return err
 		}
 	}

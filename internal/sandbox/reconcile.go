@@ -272,6 +272,12 @@ func (m *Manager) reconcile(ctx context.Context) {
 			}
 			continue
 		}
+		if sb.State == wire.StateStopped && sb.Pool == "" {
+			if _, _, ok := m.set(); ok {
+				m.reconcileStart(ctx, sb.ID)
+			}
+			continue
+		}
 		if sb.State != wire.StateRunning && sb.State != wire.StatePaused {
 			continue
 		}

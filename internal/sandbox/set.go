@@ -42,6 +42,7 @@ type Peers interface {
 // *store.Store has it.
 type creatorStore interface {
 	PutCreating(ctx context.Context, sb wire.Sandbox, daemon string) error
+	PutStarting(ctx context.Context, id, daemon string) error
 	Creator(ctx context.Context, id string) (string, error)
 }
 
@@ -185,4 +186,81 @@ func (m *Manager) recoverRecords(ctx context.Context) {
 			m.log.Warn("recover as the leader", "sandbox", sb.ID, "err", err)
 		}
 	}
+}
+
+// putStarting records, on a set, this daemon as the one starting sandbox
+// id, before its box starts: a start writes its record only at its end, so
+// a daemon that dies in between leaves a record "stopped" over a running
+// box, which reconcileStart puts right once this daemon is gone.
+func (m *Manager) putStarting(ctx context.Context, id string) error {
+	if p, cs, ok := m.set(); ok {
+		return cs.PutStarting(ctx, id, p.Self())
+	}
+	return nil
+}
+
+// reconcileStart is the leader's look at a stopped record on a set: a
+// start whose daemon died between starting the box and recording it
+// running leaves the box running (or paused) under a record "stopped",
+// which no daemon takes the agent of (AdoptRoute). Once the daemon that
+// started it is gone — by the rule of creates, leftoverCreate: not
+// registered, or its heartbeat old; never this daemon, whose own cut-off
+// starts its Recover puts right — the record follows the box, as
+// Recover's fixes do, and the sandbox's egress policy is put in force.
+// Under the sandbox's lock taken only if free (with Options.Locks the
+// store's too, which the dead daemon's start held until its lease
+// lapsed), so a start in flight anywhere is left alone.
+func (m *Manager) reconcileStart(ctx context.Context, id string) {
+	p, _, _ := m.set()
+	// Cheap first: a start of a live daemon (or of this one) is not
+	// looked at, so a stopped sandbox costs one store read a pass.
+	leftover, starter, err := m.unfinishedCreate(ctx, id, false)
+	if err != nil || !leftover || starter == p.Self() {
+		return
+	}
+	st, err := m.drv.Inspect(ctx, id)
+	if err != nil || (st.State != driver.BoxRunning && st.State != driver.BoxPaused) {
+		return
+	}
+	unlock, ok := m.lockNow(ctx, id)
+	if !ok {
+		return
+	}
+	defer unlock()
+	// Again under the lock: the record and the box may have moved on.
+	cur, err := m.store.Get(ctx, id)
+	if err != nil || cur.State != wire.StateStopped || cur.Pool != "" {
+		return
+	}
+	if leftover, _, err = m.unfinishedCreate(ctx, id, false); err != nil || !leftover {
+		return
+	}
+	if st, err = m.drv.Inspect(ctx, id); err != nil || (st.State != driver.BoxRunning && st.State != driver.BoxPaused) {
+		return
+	}
+	m.log.Warn("putting right a start whose daemon is gone", "sandbox", id, "starter", starter, "box", st.State)
+	if err := m.fixRecord(ctx, cur, st, false); err != nil {
+		m.log.Warn("reconcile: a start whose daemon is gone", "sandbox", id, "err", err)
+		return
+	}
+	if err := m.applyEgress(ctx, cur); err != nil {
+		// The network's default drop stays in force.
+		m.log.Error("reconcile: egress of a start whose daemon is gone", "sandbox", id, "err", err)
+	}
+}
+
+// ownCutStart reports, at Recover on a set, whether sb is a start this
+// daemon was making when it died (its record stopped, its box up, and this
+// daemon recorded as its starter): no other daemon puts it right while
+// this one, back with the same id, is alive, so its Recover does.
+func (m *Manager) ownCutStart(ctx context.Context, sb wire.Sandbox, st driver.Status) bool {
+	if sb.State != wire.StateStopped || (st.State != driver.BoxRunning && st.State != driver.BoxPaused) {
+		return false
+	}
+	p, cs, ok := m.set()
+	if !ok {
+		return false
+	}
+	c, err := cs.Creator(ctx, sb.ID)
+	return err == nil && c == p.Self()
 }

@@ -76,6 +76,12 @@ var setLifecycle = LifecycleOptions{OrphanGrace: time.Hour, ReconcileInterval: 1
 // sandbox locks in the store, as internal/daemon makes it (with shorter
 // bounds).
 func newSetManager(t testing.TB, url, name, dir, instance, agent string, withElector bool) (*Manager, *store.Store, *docker.Driver) {
+	return newSetManagerOn(t, url, name, dir, instance, agent, withElector, nil)
+}
+
+// newSetManagerOn is newSetManager whose manager drives wrap(the Docker
+// driver) when wrap is not nil.
+func newSetManagerOn(t testing.TB, url, name, dir, instance, agent string, withElector bool, wrap func(*docker.Driver) driver.Driver) (*Manager, *store.Store, *docker.Driver) {
 	t.Helper()
 	st, err := store.Open(context.Background(), url)
 	if err != nil {
@@ -92,7 +98,11 @@ func newSetManager(t testing.TB, url, name, dir, instance, agent string, withEle
 	if withElector {
 		opts.Elector = &leader.StoreLease{Store: st, Name: "sandbox-loops", Holder: name, TTL: 600 * time.Millisecond, Log: log}
 	}
-	return New(drv, st, opts), st, drv
+	var d driver.Driver = drv
+	if wrap != nil {
+		d = wrap(drv)
+	}
+	return New(d, st, opts), st, drv
 }
 
 // setChild is the daemon TestSetDeadDaemonsCreate kills, run in a child
@@ -106,6 +116,179 @@ func setChild(t *testing.T) {
 	}
 	_, err := m.Create(context.Background(), wire.CreateSandboxRequest{Image: os.Getenv(setImageEnv), Setup: []string{"sleep 600"}}, CreateOptions{})
 	t.Fatalf("the create ended (%v); it should have been killed in its setup", err)
+}
+
+// hangAfterStart is the Docker driver whose Start starts the box and then
+// never returns: the daemon of TestSetDeadDaemonsStart is killed there,
+// between starting the box and recording the sandbox running.
+type hangAfterStart struct{ *docker.Driver }
+
+func (h hangAfterStart) Start(ctx context.Context, id string) error {
+	if err := h.Driver.Start(ctx, id); err != nil {
+		return err
+	}
+	select {}
+}
+
+// The environment of startChild: the sandbox it starts.
+const setSandboxEnv = "HOTCELL_TEST_SET_SANDBOX"
+
+// startChild is the daemon TestSetDeadDaemonsStart kills, run in a child
+// process of that test: it registers, beats, and starts a stopped sandbox
+// on a driver that hangs once the box runs.
+func startChild(t *testing.T) {
+	m, st, _ := newSetManagerOn(t, os.Getenv(setStoreEnv), os.Getenv(setChildEnv), os.Getenv(setDirEnv), os.Getenv(setInstEnv), os.Getenv(setAgentEnv), false,
+		func(d *docker.Driver) driver.Driver { return hangAfterStart{d} })
+	go beat(context.Background(), st, os.Getenv(setChildEnv))
+	if err := m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Start(context.Background(), os.Getenv(setSandboxEnv))
+	t.Fatalf("the start ended (%v); it should have been killed in it", err)
+}
+
+// TestSetDeadDaemonsStart: daemon A, a process of its own, is SIGKILLed
+// in the middle of a start (the box started, the record still
+// "stopped"). While A lives, daemon B's reconciler (the leader) leaves the
+// sandbox alone; once A's heartbeat is old, it puts the record right
+// (running, as the box is) once. (The agents here dial their daemon's run
+// dir; TestAgentMovesToALiveDaemon shows a running sandbox's agent taken
+// by another daemon over the TCP channel.)
+func TestSetDeadDaemonsStart(t *testing.T) {
+	if os.Getenv(setChildEnv) != "" {
+		startChild(t)
+		return
+	}
+	t.Parallel()
+	c := testenv.RequireDocker(t)
+	url := testenv.RequirePostgres(t)
+	image := testenv.BusyboxImage(t)
+	agent := testenv.AgentBinary(t)
+	instance := NewInstance()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := testenv.RemoveByLabel(ctx, c, driver.LabelInstance+"="+instance); err != nil {
+			t.Errorf("remove the test's boxes: %v", err)
+		}
+	})
+	tmp := func() string {
+		dir, err := os.MkdirTemp("/tmp", "hcset")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	// A first daemon makes the sandbox and stops it.
+	first, fst, _ := newSetManager(t, url, "daemon-0", tmp(), instance, agent, false)
+	if err := first.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := first.Create(t.Context(), wire.CreateSandboxRequest{Image: image}, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID
+	if _, err := first.Stop(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	fst.Close()
+
+	child := exec.Command(os.Args[0], "-test.run=^TestSetDeadDaemonsStart$", "-test.v")
+	child.Env = append(os.Environ(), setChildEnv+"=daemon-a", setStoreEnv+"="+url, setDirEnv+"="+tmp(),
+		setInstEnv+"="+instance, setAgentEnv+"="+agent, setSandboxEnv+"="+id)
+	var childOut strings.Builder
+	child.Stdout, child.Stderr = &childOut, &childOut
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		}
+		if t.Failed() {
+			t.Logf("daemon A's output:\n%s", childOut.String())
+		}
+	})
+
+	st, err := store.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	drv, err := docker.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "daemon A's start to have started the box", func() bool {
+		if c, err := st.Creator(t.Context(), id); err != nil || c != "daemon-a" {
+			return false
+		}
+		s, err := drv.Inspect(t.Context(), id)
+		return err == nil && s.State == driver.BoxRunning
+	})
+
+	b, bst, _ := newSetManager(t, url, "daemon-b", tmp(), instance, agent, true)
+	t.Cleanup(func() { bst.Close() })
+	t.Cleanup(b.Close)
+	if err := b.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = b.RunBackground(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "daemon B to lead", func() bool {
+		h, until, err := st.LeaseHolder(t.Context(), "sandbox-loops")
+		return err == nil && h == "daemon-b" && until.After(time.Now())
+	})
+	// Many reconcile passes of B while A lives: A's start is left alone.
+	time.Sleep(10 * setLifecycle.ReconcileInterval)
+	if got, err := st.Get(t.Context(), id); err != nil || got.State != wire.StateStopped {
+		t.Fatalf("A's start in flight after B's reconciles: %v, %v; want it left stopped", got.State, err)
+	}
+	// A's own Recover wrote "re-adopted stopped"; the fix is "was
+	// stopped, found running".
+	fixes := func() int {
+		evs, err := st.Events(t.Context(), store.EventFilter{SandboxID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Type == wire.SandboxEventRecovered && strings.Contains(e.Message, "found running") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := fixes(); n != 0 {
+		t.Fatalf("fixes while A lives: %d, want none", n)
+	}
+
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	killed = true
+	waitFor(t, "B to put dead A's start right", func() bool {
+		got, err := st.Get(t.Context(), id)
+		return err == nil && got.State == wire.StateRunning
+	})
+	if s, err := drv.Inspect(t.Context(), id); err != nil || s.State != driver.BoxRunning {
+		t.Errorf("the box after the fix: %+v, %v; want it running", s, err)
+	}
+	time.Sleep(5 * setLifecycle.ReconcileInterval)
+	if n := fixes(); n != 1 {
+		t.Errorf("fixes: %d, want 1", n)
+	}
 }
 
 // TestSetDeadDaemonsCreate stands for two daemons on one PostgreSQL store

@@ -60,8 +60,21 @@ func (s *Store) PutCreating(ctx context.Context, sb wire.Sandbox, daemon string)
 	return s.put(ctx, sb, &daemon)
 }
 
-// Creator returns the daemon recorded by the last PutCreating of sandbox
-// id ("" when none was), or an error wrapping errdefs.ErrNotFound.
+// PutStarting records daemon as the one starting sandbox id (a stopped
+// sandbox's start, which writes no record until it ends), in the place
+// PutCreating records a create's daemon: Creator returns it, so that
+// another daemon puts right a start whose daemon died only once that
+// daemon is gone.
+func (s *Store) PutStarting(ctx context.Context, id, daemon string) error {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO sandbox_creators (sandbox_id, daemon_id) VALUES (?, ?)
+		ON CONFLICT (sandbox_id) DO UPDATE SET daemon_id = excluded.daemon_id`, id, daemon); err != nil {
+		return fmt.Errorf("record the daemon starting sandbox %q: %w", id, err)
+	}
+	return nil
+}
+
+// Creator returns the daemon recorded by the last PutCreating (or
+// PutStarting) of sandbox id ("" when none was), or an error wrapping errdefs.ErrNotFound.
 func (s *Store) Creator(ctx context.Context, id string) (string, error) {
 	var c sql.NullString
 	err := s.db.QueryRowContext(ctx, `SELECT c.daemon_id FROM sandboxes s
