@@ -82,7 +82,8 @@ func (m *Manager) runLoops(ctx context.Context) {
 
 // activityLoop, on a daemon that may not lead, writes the activity of its
 // calls (and of the sandboxes it keeps busy) to the store every reap
-// interval, and once more at the end.
+// interval, and once more at the end; with the same listing it closes
+// the routes of sandboxes another daemon destroyed (dropGoneRoutes).
 func (m *Manager) activityLoop(ctx context.Context) {
 	tick := time.NewTicker(m.life.opts.ReapInterval)
 	defer tick.Stop()
@@ -92,7 +93,9 @@ func (m *Manager) activityLoop(ctx context.Context) {
 			m.flushActivity(context.Background(), nil)
 			return
 		case now := <-tick.C:
-			m.persistActivity(ctx, now.UTC())
+			if recs, ok := m.persistActivity(ctx, now.UTC()); ok {
+				m.dropGoneRoutes(ctx, recs)
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -561,5 +562,97 @@ func TestSetRecoverLeavesLiveRefill(t *testing.T) {
 	}
 	if _, err := st.Get(t.Context(), "sb-dead-refill"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a gone daemon's refill after the start: %v, want removed", err)
+	}
+}
+
+// TestSetDropsRoutesOfDestroyed: daemon A took the agent routes of two
+// sandboxes daemon B made (AdoptRoute, as when their agents redial A).
+// B destroys one: A, not the leader, closes that route and removes its
+// run dir on its own, and keeps the other's.
+func TestSetDropsRoutesOfDestroyed(t *testing.T) {
+	t.Parallel()
+	c := testenv.RequireDocker(t)
+	url := testenv.RequirePostgres(t)
+	image := testenv.BusyboxImage(t)
+	agent := testenv.AgentBinary(t)
+	instance := NewInstance()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := testenv.RemoveByLabel(ctx, c, driver.LabelInstance+"="+instance); err != nil {
+			t.Errorf("remove the test's boxes: %v", err)
+		}
+	})
+	dirs := map[string]string{}
+	ms := map[string]*Manager{}
+	var st *store.Store
+	for _, name := range []string{"daemon-b", "daemon-a"} {
+		dir, err := os.MkdirTemp("/tmp", "hcset")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		m, mst, _ := newSetManager(t, url, name, dir, instance, agent, true)
+		t.Cleanup(func() { mst.Close() })
+		t.Cleanup(m.Close)
+		if err := m.Recover(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = m.RunBackground(ctx)
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+		if name == "daemon-b" { // B leads: A runs only its own loops
+			waitFor(t, "daemon B to lead", func() bool {
+				h, until, err := mst.LeaseHolder(t.Context(), "sandbox-loops")
+				return err == nil && h == "daemon-b" && until.After(time.Now())
+			})
+			st = mst
+		}
+		dirs[name], ms[name] = dir, m
+	}
+	a, b := ms["daemon-a"], ms["daemon-b"]
+	var ids []string
+	for range 2 {
+		sb, err := b.Create(t.Context(), wire.CreateSandboxRequest{Image: image}, CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.AdoptRoute(t.Context(), sb.ID) {
+			t.Fatalf("A did not take the route of %s", sb.ID)
+		}
+		ids = append(ids, sb.ID)
+	}
+	hasRoute := func(id string) bool {
+		a.mu.Lock()
+		_, ok := a.conns[id]
+		a.mu.Unlock()
+		return ok
+	}
+	runDir := func(id string) string { return filepath.Join(dirs["daemon-a"], "sandboxes", id) }
+	for _, id := range ids {
+		if _, err := os.Stat(runDir(id)); err != nil || !hasRoute(id) {
+			t.Fatalf("A's route of %s: %v, run dir %v; want both", id, hasRoute(id), err)
+		}
+	}
+	if err := b.Destroy(t.Context(), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	// The destroy answers before its removal ends.
+	waitFor(t, "B to remove the destroyed sandbox's record", func() bool {
+		_, err := st.Get(t.Context(), ids[0])
+		return errors.Is(err, errdefs.ErrNotFound)
+	})
+	waitFor(t, "A to close the destroyed sandbox's route", func() bool {
+		_, err := os.Stat(runDir(ids[0]))
+		return !hasRoute(ids[0]) && errors.Is(err, os.ErrNotExist)
+	})
+	// Passes later, the live sandbox's route and run dir are A's still.
+	time.Sleep(5 * setLifecycle.ReapInterval)
+	if _, err := os.Stat(runDir(ids[1])); err != nil || !hasRoute(ids[1]) {
+		t.Errorf("A's route of the live sandbox: %v, run dir %v; want both kept", hasRoute(ids[1]), err)
 	}
 }
