@@ -50,7 +50,8 @@ func (d *kubeDaemon) waitPool(t *testing.T, name string, ready int) client.PoolS
 // a set of ready pods: it fills to min, a create from the template claims
 // one of them (a hit: the pod existed before the create) with the
 // claimer's env, concurrent claims get distinct pods, the pool refills, a
-// create with other limits is a miss, a
+// create with other CPU and memory limits takes a pooled pod and resizes
+// it in place, one with another disk is a miss, a
 // daemon restart re-adopts the pool's pods instead of making new ones,
 // deleting the template is refused while it has a pool or sandboxes, and
 // the pool drains to no pod.
@@ -146,24 +147,55 @@ func TestKubernetesTemplatePool(t *testing.T) {
 		t.Errorf("new pods after the refill: %v, want 2", fresh)
 	}
 
-	// The driver does not change a running pod's resources: a create
-	// with other limits is a miss and makes its own pod.
+	// A create with other CPU and memory limits takes a pooled pod and
+	// resizes it in place (the pod's resize subresource), as on Docker:
+	// the same pod, whose cgroups inside show the new limits.
 	before := d.podsByID(t)
-	other, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Template: name, Limits: client.Limits{CPUs: 0.2, MemoryMB: 128}})
+	resized, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Template: name, Limits: client.Limits{CPUs: 0.2, MemoryMB: 192}})
 	if err != nil {
-		t.Fatalf("create with other limits: %v", err)
+		t.Fatalf("create with other limits: %v\n%s", err, d.Logs())
+	}
+	if pod, ok := before[resized.ID]; !ok {
+		t.Errorf("a create with other limits got sandbox %s, not one of the pool's pods %v", resized.ID, before)
+	} else if now := d.pods(t, resized.ID); len(now) != 1 || now[0] != pod {
+		t.Errorf("pods of the resized claim %s: %v, want the pooled pod %s", resized.ID, now, pod)
+	}
+	if resized.Limits.CPUs != 0.2 || resized.Limits.MemoryMB != 192 {
+		t.Errorf("the resized claim's limits: %+v", resized.Limits)
+	}
+	const cgroups = `if [ -f /sys/fs/cgroup/cpu.max ]; then set -- $(cat /sys/fs/cgroup/cpu.max); echo "cpu=$1 mem=$(cat /sys/fs/cgroup/memory.max)"; ` +
+		`else echo "cpu=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) mem=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)"; fi`
+	if got, want := execOK(t, d.C, resized.ID, cgroups), "cpu=20000 mem=201326592\n"; got != want {
+		t.Errorf("cgroups inside the resized claim: %q, want %q", got, want)
+	}
+	if got := execOK(t, d.C, resized.ID, "echo $TPL"); got != "from-template\n" {
+		t.Errorf("the resized claim's env: %q", got)
+	}
+	if st, err := d.C.GetTemplatePool(ctx, name); err != nil || st.Claims != 3 || st.Misses != 0 {
+		t.Errorf("pool after a claim with other limits: %+v, %v; want 3 claims, no miss", st, err)
+	}
+	d.waitPool(t, name, 2)
+
+	// Another disk is a miss, as on Docker: the workspace is a volume of
+	// its size.
+	before = d.podsByID(t)
+	other, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Template: name, Limits: client.Limits{CPUs: 0.1, MemoryMB: 128, DiskMB: 200}})
+	if err != nil {
+		t.Fatalf("create with another disk: %v", err)
 	}
 	if _, ok := before[other.ID]; ok {
-		t.Errorf("a create with other limits took pooled pod %s", other.ID)
+		t.Errorf("a create with another disk took pooled pod %s", other.ID)
 	}
-	if st, err := d.C.GetTemplatePool(ctx, name); err != nil || st.Claims != 2 || st.Misses != 1 {
-		t.Errorf("pool after a create with other limits: %+v, %v; want 2 claims, 1 miss", st, err)
+	if st, err := d.C.GetTemplatePool(ctx, name); err != nil || st.Claims != 3 || st.Misses != 1 {
+		t.Errorf("pool after a create with another disk: %+v, %v; want 3 claims, 1 miss", st, err)
 	}
 	if got := execOK(t, d.C, other.ID, "echo $TPL"); got != "from-template\n" {
 		t.Errorf("the missed create's env: %q", got)
 	}
-	if err := d.C.DeleteSandbox(ctx, other.ID); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{resized.ID, other.ID} {
+		if err := d.C.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The template cannot go while it has a pool or sandboxes.

@@ -212,7 +212,9 @@ func fieldError(class error, format string, had, want corev1.ResourceList, args 
 	msg := fmt.Sprintf(format, args...)
 	lower := strings.ToLower(msg)
 	var fields []string
-	changed := func(r corev1.ResourceName) bool { return !sameResources(corev1.ResourceList{r: had[r]}, corev1.ResourceList{r: want[r]}) }
+	changed := func(r corev1.ResourceName) bool {
+		return !sameResources(corev1.ResourceList{r: had[r]}, corev1.ResourceList{r: want[r]})
+	}
 	if strings.Contains(lower, "memory") || changed(corev1.ResourceMemory) && !strings.Contains(lower, "cpu") {
 		fields = append(fields, "limits.memoryMb")
 	}
