@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,14 +68,16 @@ type Forwarding struct {
 
 // NewForwardedCounter is hotcell_forwarded_requests_total: the calls a
 // daemon passed to another daemon of its set, by kind (sandbox: to the
-// holder of its agent's session; create: to the leader, for its pool) and
-// result (passed; unavailable: the other daemon did not answer and the
-// client got a 503; local: a create whose leader could not be dialled,
-// made here instead).
+// holder of its agent's session; create: to the leader, for its pool;
+// pool: a pool's status or configuration, and the templates' with their
+// pools, to the leader, whose memory holds the pools) and result (passed;
+// unavailable: the other daemon did not answer and the client got a 503;
+// local: a create or a read whose leader could not be dialled, served here
+// instead).
 func NewForwardedCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hotcell_forwarded_requests_total",
-		Help: "Calls passed to another daemon of the set, by kind (sandbox, create) and result (passed, unavailable, local).",
+		Help: "Calls passed to another daemon of the set, by kind (sandbox, create, pool) and result (passed, unavailable, local).",
 	}, []string{"kind", "result"})
 }
 
@@ -84,8 +87,11 @@ func (f Forwarding) count(t forwardTarget, result string) {
 		return
 	}
 	kind := "sandbox"
-	if t.create != nil {
+	switch {
+	case t.create != nil:
 		kind = "create"
+	case t.pool:
+		kind = "pool"
 	}
 	f.Counted.WithLabelValues(kind, result).Inc()
 }
@@ -147,6 +153,18 @@ func (f Forwarding) Handler(next http.Handler) http.Handler {
 			if r.Context().Err() != nil {
 				return // the client went away; nobody is left to answer
 			}
+			if t.pool && r.Method == http.MethodGet {
+				var op *net.OpError
+				if errors.As(err, &op) && op.Op == "dial" {
+					// A read the leader never got: this daemon's view
+					// (the templates are the store's; the pools' status
+					// is what this daemon knows) rather than a failure.
+					log.Warn("the leader did not answer a read of the pools; serving it here", "holder", t.holder, "err", err)
+					f.count(t, "local")
+					t.local.ServeHTTP(w, t.in)
+					return
+				}
+			}
 			if t.create != nil {
 				var op *net.OpError
 				if errors.As(err, &op) && op.Op == "dial" {
@@ -168,6 +186,11 @@ func (f Forwarding) Handler(next http.Handler) http.Handler {
 			// so: the server drops the connection, which the client must
 			// not take back for its next call.
 			w.Header().Set("Connection", "close")
+			if t.pool {
+				log.Warn("the leader did not answer a call on the pools", "holder", t.holder, "url", t.url.String(), "err", err)
+				errdefs.Write(w, fmt.Errorf("the daemon holding the warm pools did not answer: retry in a moment: %w", errdefs.ErrUnavailable), "")
+				return
+			}
 			if t.create != nil {
 				log.Warn("the leader did not answer a create from its pool", "holder", t.holder, "url", t.url.String(), "err", err)
 				errdefs.Write(w, fmt.Errorf("the daemon holding the template's warm pool did not answer the create: %w", errdefs.ErrUnavailable), "")
@@ -182,6 +205,9 @@ func (f Forwarding) Handler(next http.Handler) http.Handler {
 		t, ok := f.target(r, log)
 		if !ok {
 			t, ok = f.createTarget(r, log)
+		}
+		if !ok {
+			t, ok = f.poolTarget(r, log)
 		}
 		if !ok {
 			next.ServeHTTP(w, r)
@@ -206,7 +232,9 @@ type forwardTarget struct {
 	// create is the body of a create sent to the leader for its pool: the
 	// call is served locally with it when the leader cannot be dialled.
 	create []byte
-	local  http.Handler
+	// pool is a call on the pools (poolTarget).
+	pool  bool
+	local http.Handler
 	in     *http.Request
 }
 
@@ -262,9 +290,17 @@ func (f Forwarding) createTarget(r *http.Request, log *slog.Logger) (forwardTarg
 	if _, ok := pools[name]; err != nil || !ok {
 		return forwardTarget{}, false
 	}
+	t, ok := f.leaderTarget(ctx, leader, log)
+	t.create = body
+	return t, ok
+}
+
+// leaderTarget is where a call for the leader of the loops goes: its
+// registered URL while its heartbeat is live; ok is false otherwise.
+func (f Forwarding) leaderTarget(ctx context.Context, leader string, log *slog.Logger) (forwardTarget, bool) {
 	ds, err := f.Holders.Daemons(ctx)
 	if err != nil {
-		log.Warn("list the daemons for a create from a pool", "err", err)
+		log.Warn("list the daemons for a call to the leader", "err", err)
 		return forwardTarget{}, false
 	}
 	for _, d := range ds {
@@ -275,9 +311,56 @@ func (f Forwarding) createTarget(r *http.Request, log *slog.Logger) (forwardTarg
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return forwardTarget{}, false
 		}
-		return forwardTarget{holder: d.ID, url: u, create: body}, true
+		return forwardTarget{holder: d.ID, url: u}, true
 	}
 	return forwardTarget{}, false
+}
+
+// poolTarget reports where a call on the warm pools goes when another
+// live daemon leads the loops: the pools live in the leader's memory
+// (their ready boxes, their counts; a configuration changed elsewhere
+// reaches only the store and that daemon), so their status and their
+// configuration are the leader's business. The calls are every method of
+// /v1/templates/{name}/pool, and the templates' reads that carry their
+// pool's status (GET /v1/templates, GET /v1/templates/{name}) and the
+// delete of one, which refuses a template with a pool unless forced.
+func (f Forwarding) poolTarget(r *http.Request, log *slog.Logger) (forwardTarget, bool) {
+	if r.Header.Get(ForwardedHeader) != "" || !poolCall(r) {
+		return forwardTarget{}, false
+	}
+	if _, ok := f.SandboxOf(r); ok {
+		return forwardTarget{}, false // a preview host's path
+	}
+	ctx := r.Context()
+	leader, until, err := f.Holders.LeaseHolder(ctx, loopsLease)
+	if err != nil || leader == "" || leader == f.Self || time.Now().After(until) {
+		return forwardTarget{}, false
+	}
+	t, ok := f.leaderTarget(ctx, leader, log)
+	t.pool = true
+	return t, ok
+}
+
+// poolCall reports whether r is one of poolTarget's calls.
+func poolCall(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/templates")
+	if !ok {
+		return false
+	}
+	switch {
+	case rest == "" || rest == "/":
+		return r.Method == http.MethodGet
+	case !strings.HasPrefix(rest, "/"):
+		return false
+	}
+	parts := strings.Split(rest[1:], "/")
+	switch {
+	case len(parts) == 1 && parts[0] != "":
+		return r.Method == http.MethodGet || r.Method == http.MethodDelete
+	case len(parts) == 2 && parts[0] != "" && parts[1] == "pool":
+		return true
+	}
+	return false
 }
 
 // target reports where r goes when another live daemon holds the session

@@ -484,3 +484,113 @@ func counted(t *testing.T, cv *prometheus.CounterVec, kind, result string) float
 	}
 	return 0
 }
+
+// TestForwardingPoolsToTheLeader: the pools live in the leader's memory,
+// so daemon B passes every call on them (a pool's status and
+// configuration, the templates' reads that carry their pools, a
+// template's delete) to the leader of the loops, on a real PostgreSQL
+// registry and lease, to a real HTTP server standing for the leader D.
+// Other calls on templates stay; a leader that is B, or whose lease
+// lapsed, gets nothing; a leader that cannot be dialled has its reads
+// served here (this daemon's view) and its changes refused with a 503.
+func TestForwardingPoolsToTheLeader(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(t.Context(), testenv.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Served", "leader")
+		w.Header().Set("X-Got-Forwarded", r.Header.Get(ForwardedHeader))
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(leader.Close)
+	ctx, now := t.Context(), time.Now()
+	if err := st.Heartbeat(ctx, "D", leader.URL, now); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.AcquireLease(ctx, loopsLease, "D", now, time.Hour); err != nil || !ok {
+		t.Fatalf("D takes the loops' lease: %v, %v", ok, err)
+	}
+	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Served", "local")
+		w.WriteHeader(http.StatusOK)
+	})
+	fwd := Forwarding{Self: "B", SandboxOf: api.New(api.Options{}).SandboxOf, HasSession: func(string) bool { return false },
+		Holders: st, Heartbeat: time.Minute, Log: slog.New(slog.DiscardHandler), Counted: NewForwardedCounter()}
+	h := fwd.Handler(local)
+	serve := func(method, path string, hdr map[string]string) *httptest.ResponseRecorder {
+		req := httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(`{"min":1}`))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	toLeader := []struct{ method, path string }{
+		{"GET", "/v1/templates/py/pool"},
+		{"PUT", "/v1/templates/py/pool"},
+		{"DELETE", "/v1/templates/py/pool"},
+		{"GET", "/v1/templates"},
+		{"GET", "/v1/templates/py"},
+		{"DELETE", "/v1/templates/py"},
+	}
+	for _, c := range toLeader {
+		rec := serve(c.method, c.path, nil)
+		if rec.Header().Get("X-Served") != "leader" || rec.Header().Get("X-Got-Forwarded") != "B" {
+			t.Errorf("%s %s: served by %q (mark %q), want the leader with the mark B", c.method, c.path, rec.Header().Get("X-Served"), rec.Header().Get("X-Got-Forwarded"))
+		}
+	}
+	if got := counted(t, fwd.Counted, "pool", "passed"); got != float64(len(toLeader)) {
+		t.Errorf("pool calls passed: counted %v, want %d", got, len(toLeader))
+	}
+	for _, c := range []struct {
+		method, path string
+		hdr          map[string]string
+	}{
+		{"POST", "/v1/templates", nil},                                            // a build: any daemon
+		{"GET", "/v1/templates/py/builds/b1", nil},                                // not a pool's
+		{"GET", "/v1/templatesx", nil},                                            // not a template
+		{"GET", "/v1/sandboxes", nil},                                             // not a template
+		{"GET", "/v1/templates/py/pool", map[string]string{ForwardedHeader: "D"}}, // forwarded once already
+	} {
+		if rec := serve(c.method, c.path, c.hdr); rec.Header().Get("X-Served") != "local" {
+			t.Errorf("%s %s %v: served by %q, want here", c.method, c.path, c.hdr, rec.Header().Get("X-Served"))
+		}
+	}
+
+	// The leader cannot be dialled: a read is served here, a change is
+	// refused for the client to retry.
+	leader.Close()
+	if rec := serve("GET", "/v1/templates/py/pool", nil); rec.Code != http.StatusOK || rec.Header().Get("X-Served") != "local" {
+		t.Errorf("read with the leader down: %d served by %q, want 200 here", rec.Code, rec.Header().Get("X-Served"))
+	}
+	if got := counted(t, fwd.Counted, "pool", "local"); got != 1 {
+		t.Errorf("pool reads served here as the leader could not be dialled: counted %v, want 1", got)
+	}
+	if rec := serve("PUT", "/v1/templates/py/pool", nil); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("change with the leader down: %d (Retry-After %q), want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	}
+
+	// B leads, then a lapsed lease names D: served here.
+	if err := st.ReleaseLease(ctx, loopsLease, "D"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.AcquireLease(ctx, loopsLease, "B", now, time.Hour); err != nil || !ok {
+		t.Fatalf("B takes the loops' lease: %v, %v", ok, err)
+	}
+	if rec := serve("GET", "/v1/templates/py/pool", nil); rec.Header().Get("X-Served") != "local" {
+		t.Errorf("B leads: served by %q, want here", rec.Header().Get("X-Served"))
+	}
+	if err := st.ReleaseLease(ctx, loopsLease, "B"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.AcquireLease(ctx, loopsLease, "D", now.Add(-time.Hour), time.Minute); err != nil || !ok {
+		t.Fatalf("D takes the loops' lease: %v, %v", ok, err)
+	}
+	if rec := serve("PUT", "/v1/templates/py/pool", nil); rec.Header().Get("X-Served") != "local" {
+		t.Errorf("lease lapsed: served by %q, want here", rec.Header().Get("X-Served"))
+	}
+}
