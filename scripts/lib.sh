@@ -332,5 +332,15 @@ ensure_code_image() {
 	"$HOTCELL_ROOT/bin/hotcell" image build --code --if-stale
 }
 
+# ensure_hotcell_image builds hotcell/hotcell:latest, the image of the
+# egress-node DaemonSet (deploy/kubernetes/egress-node.yaml), from
+# bin/hotcell: its base hotcell/egress-base (hotcell/base plus Debian's
+# iptables and ipset, from the Debian mirror, ~30 s) once, then the binary
+# on it in seconds. TestDaemonSetEnforces layers its own build on the base.
+ensure_hotcell_image() {
+	log "checking the egress-node image hotcell/hotcell:latest"
+	"$HOTCELL_ROOT/bin/hotcell" image build --hotcell --binary "$HOTCELL_ROOT/bin/hotcell"
+}
+
 # The test cluster (scripts/k8s, docs/kubernetes.md).
 . "$HOTCELL_ROOT/scripts/lib-k8s.sh"

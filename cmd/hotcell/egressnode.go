@@ -19,8 +19,8 @@ import (
 
 func (a *app) egressNodeCmd() *cobra.Command {
 	var (
-		kubeconfig, namespace, node, resolver, bridge, podRange, logFormat string
-		upstreams, allowed, allowPrivate                                   []string
+		kubeconfig, namespace, node, resolver, bridge, podRange, logFormat, rules string
+		upstreams, allowed, allowPrivate                                          []string
 	)
 	cmd := &cobra.Command{
 		Use:   "egress-node [flags]",
@@ -53,7 +53,10 @@ sandboxes' namespace.`,
 			if err != nil || !pods.Addr().Is4() {
 				return usageError{fmt.Errorf("--pod-range %q must be the cluster's IPv4 pod range, such as 10.244.0.0/16", podRange)}
 			}
-			cfg := egress.Config{Network: "k8s-" + node, Subnet: pods.Masked(), Node: true}
+			if rules == "" {
+				rules = "k8s-" + node
+			}
+			cfg := egress.Config{Network: rules, Subnet: pods.Masked(), Node: true}
 			for _, s := range allowed {
 				ap, err := netip.ParseAddrPort(s)
 				if err != nil || !ap.Addr().Is4() {
@@ -118,6 +121,7 @@ sandboxes' namespace.`,
 	f.StringSliceVar(&upstreams, "upstream", nil, "resolver that allowed names are forwarded to, host[:port] (default: /etc/resolv.conf's)")
 	f.StringSliceVar(&allowed, "allow", nil, "TCP endpoint every sandbox reaches in every mode, addr:port (repeat): the daemon's agent channel, and its LLM gateway when it serves one")
 	f.StringSliceVar(&allowPrivate, "allow-private", nil, "private IPv4 network sandboxes may reach (egress_allow_private)")
+	f.StringVar(&rules, "rules", "", "name of this node's rule set, which its chains, sets and denial log group are keyed by (default k8s-<node>); only two controllers on one node, such as tests beside a real one, need different ones")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
 }

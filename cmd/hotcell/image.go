@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	dockerclient "github.com/moby/moby/client"
@@ -32,8 +33,8 @@ func (a *app) imageCmd() *cobra.Command {
 
 func (a *app) imageBuildCmd() *cobra.Command {
 	var (
-		busybox, noShell, code, ifStale bool
-		tag, dockerHost                 string
+		busybox, noShell, code, ifStale, hotcell bool
+		tag, dockerHost, binary                  string
 	)
 	cmd := &cobra.Command{
 		Use:   "build [flags]",
@@ -52,11 +53,21 @@ nodejs, and hotcell's code server. It needs hotcell/base and Debian's mirror,
 and takes a few minutes; --if-stale skips the build when the image is there
 and was built from this hotcell's package list and code server.
 
+--hotcell builds ` + images.HotcellRef + `, the image of hotcell egress-node's
+DaemonSet (deploy/kubernetes/egress-node.yaml): this hotcell binary (or
+--binary, a static build) at ` + images.HotcellBinary + ` on ` + images.EgressBaseRef + `,
+which is hotcell/base with Debian's iptables and ipset. The first build makes
+` + images.EgressBaseRef + ` from hotcell/base and Debian's mirror (about 30 s);
+later ones only add the binary, in seconds. Give the image to the cluster
+without a registry: docker save IMAGE | ctr -n k8s.io images import - on each
+node (docs/kubernetes.md, "Egress").
+
 --busybox builds ` + images.BusyboxRef + ` and --noshell builds ` + images.NoShellRef + `,
 small images for tests made from the host's static busybox.`,
 		Example: `  sudo hotcell image build
   sudo hotcell image build --tag myorg/agent-base:1
   sudo hotcell image build --code --if-stale
+  sudo hotcell image build --hotcell --tag hotcell/hotcell:v1
   sudo hotcell image build --busybox`,
 		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,6 +79,18 @@ small images for tests made from the host's static busybox.`,
 				ref = images.NoShellRef
 			case code:
 				ref = images.CodeRef
+			case hotcell:
+				ref = images.HotcellRef
+			}
+			if binary != "" && !hotcell {
+				return usageError{errors.New("--binary goes with --hotcell")}
+			}
+			if hotcell && binary == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("build image %s: find this hotcell binary (give --binary): %w", ref, err)
+				}
+				binary = exe
 			}
 			if ifStale && !code {
 				return usageError{errors.New("--if-stale goes with --code")}
@@ -109,6 +132,8 @@ small images for tests made from the host's static busybox.`,
 				err = images.BuildNoShell(ctx, dc, ref)
 			case code:
 				err = images.BuildCode(ctx, dc, ref, progress)
+			case hotcell:
+				err = images.BuildHotcell(ctx, dc, ref, binary, progress)
 			default:
 				err = images.BuildBase(ctx, dc, ref, progress)
 			}
@@ -126,7 +151,9 @@ small images for tests made from the host's static busybox.`,
 	f.StringVar(&dockerHost, "docker-host", "", "Docker Engine address (default: DOCKER_HOST or the local socket)")
 	f.BoolVar(&code, "code", false, "build the code-interpreter image hotcell/code instead")
 	f.BoolVar(&ifStale, "if-stale", false, "with --code: build only if the image is missing or out of date")
-	cmd.MarkFlagsMutuallyExclusive("busybox", "noshell", "code")
+	f.BoolVar(&hotcell, "hotcell", false, "build the hotcell image of the egress-node DaemonSet, hotcell/hotcell, instead")
+	f.StringVar(&binary, "binary", "", "with --hotcell: the static hotcell binary to put in it (default: this one)")
+	cmd.MarkFlagsMutuallyExclusive("busybox", "noshell", "code", "hotcell")
 	return cmd
 }
 

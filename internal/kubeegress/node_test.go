@@ -59,6 +59,29 @@ type cluster struct {
 
 func newCluster(t *testing.T, upstream string, route netip.Prefix) *cluster {
 	t.Helper()
+	c := newDriver(t, route)
+	c.ecfg = egress.Config{
+		Network:        "kt-" + randHex(3),
+		Subnet:         netip.MustParsePrefix(podRange),
+		Upstreams:      []string{upstream},
+		Node:           true,
+		VerifyInterval: time.Second,
+	}
+	c.startNode(t)
+	t.Cleanup(func() {
+		c.stopNode(t)
+		if err := egress.TeardownConfig(c.ecfg); err != nil {
+			t.Errorf("egress teardown: %v", err)
+		}
+	})
+	return c
+}
+
+// newDriver is a cluster without a node controller: a driver in a
+// namespace of the test's whose starts wait for a node's controller, with
+// the agent and busybox images on the node.
+func newDriver(t *testing.T, route netip.Prefix) *cluster {
+	t.Helper()
 	testenv.RequireRoot(t, "the node's egress controller changes iptables and ipsets")
 	env := testk8s.Cluster(t)
 	dc := testenv.RequireDocker(t)
@@ -84,22 +107,7 @@ func newCluster(t *testing.T, upstream string, route netip.Prefix) *cluster {
 		t.Fatal(err)
 	}
 	testk8s.WaitImages(t, d, image, images.AgentRef)
-	ecfg := egress.Config{
-		Network:        "kt-" + randHex(3),
-		Subnet:         netip.MustParsePrefix(podRange),
-		Upstreams:      []string{upstream},
-		Node:           true,
-		VerifyInterval: time.Second,
-	}
-	c := &cluster{env: env, d: d, image: image, ecfg: ecfg, route: route}
-	c.startNode(t)
-	t.Cleanup(func() {
-		c.stopNode(t)
-		if err := egress.TeardownConfig(ecfg); err != nil {
-			t.Errorf("egress teardown: %v", err)
-		}
-	})
-	return c
+	return &cluster{env: env, d: d, image: image, route: route}
 }
 
 // startNode runs the node's egress controller until stopNode.

@@ -300,3 +300,37 @@ func CodeImage(t testing.TB) string {
 	}
 	return images.CodeRef
 }
+
+var egressBase imageOnce
+
+// HotcellImage builds ref as the hotcell image of the egress-node
+// DaemonSet (images.BuildHotcell) from a static build of ./cmd/hotcell,
+// and returns it. Its base, hotcell/egress-base, installs iptables and
+// ipset from Debian's mirror (scripts/test builds it with `hotcell image
+// build --hotcell`), so outside CI a missing or stale one skips the test;
+// in CI it is built here. Layering the binary needs no network.
+func HotcellImage(t testing.TB, ref string) string {
+	t.Helper()
+	c := RequireDocker(t)
+	if ok, err := images.EgressBaseCurrent(t.Context(), c); err != nil || !ok {
+		if !InCI() {
+			t.Skipf("needs a current %s; build it with `hotcell image build --hotcell` (%v)", images.EgressBaseRef, err)
+		}
+		BaseImage(t)
+		egressBase.once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			egressBase.err = images.BuildEgressBase(ctx, c, func(s string) { t.Log(s) })
+		})
+		if egressBase.err != nil {
+			t.Fatalf("build %s: %v", images.EgressBaseRef, egressBase.err)
+		}
+	}
+	bin := GoBuild(t, "./cmd/hotcell")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := images.BuildHotcell(ctx, c, ref, bin, func(s string) { t.Log(s) }); err != nil {
+		t.Fatalf("build %s: %v", ref, err)
+	}
+	return ref
+}

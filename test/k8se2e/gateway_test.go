@@ -14,6 +14,7 @@ import (
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/gateway/gatewaytest"
 	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/testinet"
 	"github.com/hotcell/hotcell/internal/testk8s"
 )
 
@@ -208,6 +209,10 @@ rm /dev/shm/pat`
 func TestKubernetesGatewayEgressNode(t *testing.T) {
 	testenv.RequireRoot(t, "the node's egress controller changes iptables and ipsets")
 	env := testk8s.Cluster(t)
+	// The node's resolver address (port 53) and rule set are those of
+	// every other test's egress node on this host: take turns, as the
+	// tests with a test internet do (testk8s.NewInternet).
+	testinet.Lock(t)
 	ns := env.Namespace(t)
 	agent := net.JoinHostPort(env.HostIP, strconv.Itoa(freePort(t, env.HostIP)))
 	gw := net.JoinHostPort(env.HostIP, strconv.Itoa(freePort(t, env.HostIP)))

@@ -1,0 +1,391 @@
+package kubeegress_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/hotcell/hotcell/internal/driver/kubernetes"
+	"github.com/hotcell/hotcell/internal/egress"
+	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/testk8s"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+// dsImage is the hotcell image the test builds and gives the cluster: a
+// tag of its own, so no other image is replaced.
+const dsImage = "hotcell/hotcell:test-egress-node"
+
+// TestDaemonSetEnforces runs deploy/kubernetes/egress-node.yaml for real
+// on the test cluster: the hotcell image built without a registry
+// (images.BuildHotcell) and imported into the node, the manifest applied
+// in a namespace of the test's with that image, pull policy Never and the
+// test's addresses, its pod ready, and sandboxes' egress enforced by it
+// alone (no controller runs in the test process): the driver's start
+// waits for the DaemonSet's pod to say each policy is applied; a none
+// sandbox reaches the allowed daemon endpoint (--allow) and nothing else
+// (not another port of the node, not the test internet, no DNS answer);
+// an allowlist sandbox resolves its name through the pod's resolver,
+// reaches that address and no other. Each sandbox's chains go with its
+// pod; the node's own chain outlives the DaemonSet (pods stay confined
+// while it is replaced) and is removed by TeardownConfig, as an uninstall
+// would, leaving nothing of the test in iptables or ipset.
+//
+// The pod runs with hostNetwork beside other tests' controllers on this
+// host: its rule set has a name of its own (--rules), so its chains, sets
+// and denial log group are not theirs; its resolver takes the address
+// they all take, so it runs under the test internet's host-wide lock,
+// as they do.
+func TestDaemonSetEnforces(t *testing.T) {
+	in := testk8s.NewInternet(t) // the host-wide lock first
+	up := testk8s.NewUpstream(t, map[string]netip.Addr{"allowed.test": in.Allowed, "other.test": in.Other})
+	c := newDriver(t, in.Prefix)
+	ns := c.d.Namespace()
+	ctx := t.Context()
+	image := testenv.HotcellImage(t, dsImage)
+	c.env.ImportImage(t, image)
+	testk8s.WaitImages(t, c.d, image)
+
+	// A daemon endpoint every sandbox may reach (--allow), and another
+	// port of the node that none may.
+	allowed := greeter(t, c.env.HostIP, "hello from the daemon")
+	other := greeter(t, c.env.HostIP, "hello from the node")
+
+	rules := "kd-" + randHex(3)
+	objs := renderManifest(t, c.env, image, []string{
+		"--resolver=" + resolverA, "--pod-range=" + podRange, "--bridge=" + bridge,
+		"--allow=" + allowed.String(), "--upstream=" + up, "--rules=" + rules,
+	})
+	ecfg := egress.Config{Network: rules, Subnet: netip.MustParsePrefix(podRange), Node: true}
+	t.Cleanup(func() {
+		// Whatever the test body did not get to: the DaemonSet and its
+		// pod gone (so the resolver's address is free for the next test
+		// to take the lock), then its rules.
+		deleteDaemonSet(t, c.env, ns)
+		if err := egress.TeardownConfig(ecfg); err != nil {
+			t.Errorf("egress teardown: %v", err)
+		}
+	})
+	if _, err := c.env.Kubectl(ctx, bytes.NewReader(objs), "-n", ns, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.env.Kubectl(ctx, nil, "-n", ns, "rollout", "status", "daemonset/hotcell-egress-node", "--timeout=2m"); err != nil {
+		out, _ := c.env.Kubectl(context.Background(), nil, "-n", ns, "describe", "pods", "-l", "app.kubernetes.io/name=hotcell-egress-node")
+		logs, _ := c.env.Kubectl(context.Background(), nil, "-n", ns, "logs", "daemonset/hotcell-egress-node")
+		t.Fatalf("the DaemonSet's pod is not ready: %v\n%s\n%s", err, out, logs)
+	}
+	dsPods := nodePods(t, c)
+	if len(dsPods) != 1 || dsPods[0].Spec.NodeName != c.env.Node {
+		t.Fatalf("the DaemonSet's pods: %d, want one on %s", len(dsPods), c.env.Node)
+	}
+
+	none := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressNone})
+	byName := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"allowed.test:80"}})
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := c.env.Kubectl(context.Background(), nil, "-n", ns, "logs", "daemonset/hotcell-egress-node")
+			t.Logf("egress-node's log:\n%s", logs)
+		}
+	})
+
+	// Nothing of the test's asks a registry: every pod of the namespace
+	// (the DaemonSet's, the sandboxes') runs imported images with pull
+	// policy Never.
+	pods, err := c.d.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, ct := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+			if ct.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("pod %s container %s: pull policy %s, want Never", p.Name, ct.Name, ct.ImagePullPolicy)
+			}
+		}
+	}
+
+	if got, ok := none.greeting(t, allowed); !ok || got != "hello from the daemon" {
+		t.Errorf("none: the allowed daemon endpoint %s: got %q, want its greeting", allowed, got)
+	}
+	if got, ok := none.greeting(t, other); ok {
+		t.Errorf("none: another port of the node %s answered %q", other, got)
+	}
+	if none.reaches(t, in.Allowed, 80) {
+		t.Error("none: the test internet is reachable")
+	}
+	if got := none.lookup(t, "allowed.test", resolverA); len(got) > 0 {
+		t.Errorf("none: a lookup was answered: %v", got)
+	}
+	if byName.reaches(t, in.Allowed, 80) {
+		t.Error("allowlist: allowed.test's address is reachable before it was resolved")
+	}
+	if got := byName.lookup(t, "allowed.test", resolverA); !slices.Contains(got, in.Allowed.String()) {
+		t.Errorf("allowlist: allowed.test through the DaemonSet's resolver: got %v, want %s", got, in.Allowed)
+	}
+	if !byName.reaches(t, in.Allowed, 80) {
+		t.Error("allowlist: allowed.test's address is not reachable once resolved")
+	}
+	if byName.reaches(t, in.Other, 80) {
+		t.Error("allowlist: an unlisted address is reachable")
+	}
+	if got := byName.lookup(t, "other.test", resolverA); len(got) > 0 {
+		t.Errorf("allowlist: an unlisted name was answered: %v", got)
+	}
+
+	// The rules are the DaemonSet's rule set's: find its chain by the
+	// sandboxes' jumps.
+	base := ""
+	for _, l := range iptablesRules(t) {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "-A" && strings.HasPrefix(f[1], "HCN-") && strings.Contains(l, "HCE-"+key(none.id)+"-") {
+			base = f[1]
+		}
+	}
+	if base == "" {
+		t.Fatalf("no chain jumps to sandbox %s's rules", none.id)
+	}
+
+	// A sandbox's rules go with its pod, removed by the DaemonSet's pod.
+	for _, b := range []*box{none, byName} {
+		if err := c.d.Destroy(ctx, b.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitGone(t, "the sandboxes' chains and sets", func() []string {
+		return hotcellObjects(t, "HCE-"+key(none.id), "HCD-"+key(none.id), "HCS-"+key(none.id),
+			"HCE-"+key(byName.id), "HCD-"+key(byName.id), "HCS-"+key(byName.id))
+	})
+
+	// The node's chain outlives the DaemonSet (a node's pods stay
+	// confined while its controller is replaced); an uninstall removes it.
+	deleteDaemonSet(t, c.env, ns)
+	if got := hotcellObjects(t, base); len(got) == 0 {
+		t.Errorf("chain %s went with the DaemonSet; the rules are to outlive it", base)
+	}
+	if err := egress.TeardownConfig(ecfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := hotcellObjects(t, base); len(got) > 0 {
+		t.Errorf("after the teardown, still there: %v", got)
+	}
+}
+
+// renderManifest is deploy/kubernetes/egress-node.yaml as a list to apply
+// in the test's namespace: the DaemonSet runs image with pull policy
+// Never and args (the manifest's own --namespace and --log-format, then
+// args in place of the manifest's addresses), and reaches the API server
+// where it listens on the node (the test cluster has no kube-proxy: the
+// "kubernetes" service's address, which in-cluster clients dial, leads
+// nowhere on this host, so it is never let be dialled). It fails the test
+// if the manifest holds an image other than the DaemonSet's one.
+func renderManifest(t *testing.T, env *testk8s.Env, image string, args []string) []byte {
+	t.Helper()
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(root, "deploy/kubernetes/egress-node.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rc, err := kubernetes.RESTConfig(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := url.Parse(rc.Host)
+	if err != nil || api.Hostname() != "127.0.0.1" || api.Port() == "" {
+		t.Fatalf("the test cluster's API server is at %q, want 127.0.0.1:PORT", rc.Host)
+	}
+	dec := k8syaml.NewYAMLOrJSONDecoder(f, 4096)
+	var items []json.RawMessage
+	daemonSets := 0
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if obj == nil {
+			continue
+		}
+		raw, _ := json.Marshal(obj)
+		if obj["kind"] != "DaemonSet" {
+			if bytes.Contains(raw, []byte(`"image"`)) {
+				t.Fatalf("the manifest's %v names an image", obj["kind"])
+			}
+			items = append(items, raw)
+			continue
+		}
+		daemonSets++
+		var ds appsv1.DaemonSet
+		if err := json.Unmarshal(raw, &ds); err != nil {
+			t.Fatal(err)
+		}
+		spec := &ds.Spec.Template.Spec
+		if len(spec.InitContainers) != 0 || len(spec.EphemeralContainers) != 0 || len(spec.Containers) != 1 {
+			t.Fatalf("the DaemonSet has %d init and %d containers, want one container (update the test with the manifest)", len(spec.InitContainers), len(spec.Containers))
+		}
+		ct := &spec.Containers[0]
+		if !strings.HasPrefix(ct.Image, "hotcell/hotcell:") || !slices.Equal(ct.Command, []string{"hotcell", "egress-node"}) {
+			t.Fatalf("the DaemonSet runs %s %v, want hotcell egress-node of hotcell/hotcell", ct.Image, ct.Command)
+		}
+		if !spec.HostNetwork || ct.SecurityContext == nil || ct.SecurityContext.Privileged == nil || !*ct.SecurityContext.Privileged {
+			t.Fatal("the DaemonSet's pod is to be privileged with hostNetwork")
+		}
+		ct.Image, ct.ImagePullPolicy = image, corev1.PullNever
+		var keep []string
+		for _, a := range ct.Args {
+			if strings.HasPrefix(a, "--namespace=") || strings.HasPrefix(a, "--log-format=") {
+				keep = append(keep, a)
+			}
+		}
+		ct.Args = append(keep, args...)
+		ct.Env = append(ct.Env,
+			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: api.Hostname()},
+			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: api.Port()})
+		raw, err = json.Marshal(ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, raw)
+	}
+	if daemonSets != 1 {
+		t.Fatalf("the manifest has %d DaemonSets, want 1", daemonSets)
+	}
+	list, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+// nodePods are the DaemonSet's pods.
+func nodePods(t *testing.T, c *cluster) []corev1.Pod {
+	t.Helper()
+	pods, err := c.d.Client().CoreV1().Pods(c.d.Namespace()).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=hotcell-egress-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// deleteDaemonSet deletes the DaemonSet and waits until its pods are gone
+// (their process, and so its resolver socket, with them).
+func deleteDaemonSet(t *testing.T, env *testk8s.Env, ns string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := env.Kubectl(ctx, nil, "-n", ns, "delete", "daemonset", "hotcell-egress-node", "--ignore-not-found", "--cascade=foreground", "--wait=true", "--timeout=100s"); err != nil {
+		t.Errorf("delete the DaemonSet: %v", err)
+	}
+	for ctx.Err() == nil {
+		out, err := env.Kubectl(ctx, nil, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/name=hotcell-egress-node", "-o", "name")
+		if err == nil && strings.TrimSpace(out) == "" {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Errorf("the DaemonSet's pods are still there after two minutes")
+}
+
+// greeter listens on host:0 and answers every connection with msg; it
+// returns its address.
+func greeter(t *testing.T, host, msg string) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Write([]byte(msg + "\n"))
+			conn.Close()
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
+// greeting connects to ap from the box and returns what it was told.
+func (b *box) greeting(t *testing.T, ap netip.AddrPort) (string, bool) {
+	t.Helper()
+	out, code := b.sh(t, "nc -w 3 "+ap.Addr().String()+" "+itoa(int(ap.Port()))+" </dev/null")
+	return strings.TrimSpace(out), code == 0 && strings.TrimSpace(out) != ""
+}
+
+// key is a sandbox's name in chain names (egress's sandboxKey for a usual
+// id).
+func key(id string) string { return strings.TrimPrefix(id, "sb-") }
+
+// iptablesRules are the host's filter rules (iptables -S).
+func iptablesRules(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("iptables", "-w", "-S").Output()
+	if err != nil {
+		t.Fatalf("iptables -S: %v", err)
+	}
+	return strings.Split(string(out), "\n")
+}
+
+// hotcellObjects are the rules (iptables and ip6tables) and ipsets that
+// name any of names.
+func hotcellObjects(t *testing.T, names ...string) []string {
+	t.Helper()
+	lines := iptablesRules(t)
+	if out, err := exec.Command("ip6tables", "-w", "-S").Output(); err == nil {
+		lines = append(lines, strings.Split(string(out), "\n")...)
+	}
+	out, err := exec.Command("ipset", "list", "-n").Output()
+	if err != nil {
+		t.Fatalf("ipset list -n: %v", err)
+	}
+	lines = append(lines, strings.Split(string(out), "\n")...)
+	var got []string
+	for _, l := range lines {
+		for _, n := range names {
+			if strings.Contains(l, n) {
+				got = append(got, l)
+				break
+			}
+		}
+	}
+	return got
+}
+
+// waitGone waits up to 30 s for list to be empty.
+func waitGone(t *testing.T, what string, list func() []string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := list()
+		if len(got) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s still there after 30 s: %v", what, got)
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
