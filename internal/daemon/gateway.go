@@ -48,6 +48,10 @@ func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg egre
 
 		MaxConcurrent: cfg.MaxConcurrent(),
 	}
+	if store.IsPostgresURL(cfg.StoreTarget()) {
+		// Other daemons of the set may revoke a token this gateway knows.
+		opts.Recheck = gateway.DefaultRecheck
+	}
 	var addr string
 	ec, onEgressNetwork := eg.(*egress.Controller)
 	switch {

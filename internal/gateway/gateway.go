@@ -67,8 +67,18 @@ type Options struct {
 	MaxConcurrent int
 	// FlushInterval is how often usage counters are written; 2s if 0.
 	FlushInterval time.Duration
-	Log           *slog.Logger
+	// Recheck, on a store several daemons share (PostgreSQL), is how long
+	// a token this gateway knows is taken on its word: a call after that
+	// looks its hash up in the store again (tokenFinder), so a token
+	// revoked or rotated away on another daemon is refused here within
+	// Recheck. 0 never looks again: a daemon alone on its store sees
+	// every revocation itself.
+	Recheck time.Duration
+	Log     *slog.Logger
 }
+
+// DefaultRecheck is Options.Recheck for the daemons of a set.
+const DefaultRecheck = 2 * time.Second
 
 // TokenDir is where a rotated token is written inside a sandbox, as
 // <provider>.token.
@@ -83,6 +93,9 @@ type Gateway struct {
 
 	mu     sync.RWMutex
 	byHash map[[32]byte]key // token hash → whose it is
+	// checked is when each token of byHash was last found in the store
+	// (or minted here), for Options.Recheck.
+	checked map[[32]byte]time.Time
 	grants map[key][32]byte // whose → current token hash
 	usage  map[key]*counters
 
@@ -125,6 +138,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		log:       opts.Log.With("component", "gateway"),
 		providers: map[string]*provider{},
 		byHash:    map[[32]byte]key{},
+		checked:   map[[32]byte]time.Time{},
 		grants:    map[key][32]byte{},
 		usage:     map[key]*counters{},
 
@@ -163,6 +177,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		}
 		k := key{t.SandboxID, t.Provider}
 		g.byHash[h] = k
+		g.checked[h] = time.Now()
 		g.grants[k] = h
 	}
 	us, err := opts.Store.ListGatewayUsage(ctx)
@@ -338,9 +353,11 @@ func (g *Gateway) mint(ctx context.Context, k key) (string, error) {
 	g.mu.Lock()
 	if old, ok := g.grants[k]; ok {
 		delete(g.byHash, old)
+		delete(g.checked, old)
 	}
 	g.grants[k] = h
 	g.byHash[h] = k
+	g.checked[h] = time.Now()
 	g.mu.Unlock()
 	return tok, nil
 }
@@ -369,6 +386,7 @@ func (g *Gateway) Revoke(ctx context.Context, id, provider string) error {
 	g.mu.Lock()
 	if h, ok := g.grants[k]; ok {
 		delete(g.byHash, h)
+		delete(g.checked, h)
 		delete(g.grants, k)
 	}
 	g.mu.Unlock()
@@ -390,6 +408,7 @@ func (g *Gateway) Forget(ctx context.Context, id string) error {
 	for k, h := range g.grants {
 		if k.sandbox == id {
 			delete(g.byHash, h)
+			delete(g.checked, h)
 			delete(g.grants, k)
 		}
 	}
@@ -526,6 +545,13 @@ func (g *Gateway) Handler() http.Handler { return http.HandlerFunc(g.serve) }
 // daemon of a set on the same store may have minted it after this one
 // loaded its tokens, and a pod whose base URL leads to any daemon of the
 // set (a Service in front of them) then reaches this one.
+//
+// With Options.Recheck a known token is looked up again once it was last
+// found longer ago than that: another daemon of the set may have revoked
+// it (or rotated it away, or destroyed its sandbox), which deletes it
+// from the store. A token no longer there is forgotten and refused; so is
+// one the store cannot be asked about then, as a revocation may be what
+// this gateway cannot see.
 func (g *Gateway) lookup(ctx context.Context, tok string) (key, bool) {
 	if tok == "" {
 		return key{}, false
@@ -533,11 +559,12 @@ func (g *Gateway) lookup(ctx context.Context, tok string) (key, bool) {
 	h := hashToken(tok)
 	g.mu.RLock()
 	k, ok := g.byHash[h]
+	at := g.checked[h]
 	g.mu.RUnlock()
-	if ok {
+	f, canFind := g.opts.Store.(tokenFinder)
+	if ok && (!canFind || g.opts.Recheck <= 0 || time.Since(at) < g.opts.Recheck) {
 		return k, true
 	}
-	f, canFind := g.opts.Store.(tokenFinder)
 	if !canFind || !wellFormed(tok) {
 		return key{}, false
 	}
@@ -547,15 +574,29 @@ func (g *Gateway) lookup(ctx context.Context, tok string) (key, bool) {
 		return key{}, false
 	}
 	if _, known := g.providers[t.Provider]; !found || !known {
+		if ok {
+			g.mu.Lock()
+			if g.byHash[h] == k {
+				delete(g.byHash, h)
+				delete(g.checked, h)
+				if g.grants[k] == h {
+					delete(g.grants, k)
+				}
+			}
+			g.mu.Unlock()
+			g.log.Info("refusing a gateway token revoked on another daemon", "sandbox", k.sandbox, "provider", k.provider)
+		}
 		return key{}, false
 	}
 	k = key{t.SandboxID, t.Provider}
 	g.mu.Lock()
-	if old, ok := g.grants[k]; ok {
+	if old, ok := g.grants[k]; ok && old != h {
 		delete(g.byHash, old) // rotated on another daemon
+		delete(g.checked, old)
 	}
 	g.grants[k] = h
 	g.byHash[h] = k
+	g.checked[h] = time.Now()
 	g.mu.Unlock()
 	return k, true
 }
