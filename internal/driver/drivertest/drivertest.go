@@ -1,6 +1,7 @@
 // Package drivertest is the conformance suite every driver must pass: the
 // contract of driver.Driver and of the optional interfaces a driver
-// implements (Pauser, InstanceLister, EventWatcher, Statter, Snapshotter),
+// implements (Pauser, InstanceLister, EventWatcher, Statter, Snapshotter,
+// LimitUpdater),
 // checked through the driver alone, the way the sandbox manager uses it. A
 // driver's own tests call Run with a Harness; the Docker driver runs it on
 // a real engine once per runtime and the fake driver
@@ -13,9 +14,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +74,59 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Image", func(t *testing.T) { t.Parallel(); testImage(t, h) })
 	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, h) })
 	t.Run("Snapshot", func(t *testing.T) { t.Parallel(); testSnapshot(t, h) })
+	t.Run("UpdateLimits", func(t *testing.T) { t.Parallel(); testUpdateLimits(t, h) })
+}
+
+// boxCgroups reads the CPU quota (µs per 100 ms, or "max") and memory
+// limit (bytes) of the box from inside it, on cgroup v2 or v1.
+func boxCgroups(t *testing.T, conn *agentconn.Conn) string {
+	t.Helper()
+	const script = `if [ -f /sys/fs/cgroup/cpu.max ]; then set -- $(cat /sys/fs/cgroup/cpu.max); echo "cpu=$1 mem=$(cat /sys/fs/cgroup/memory.max)"; ` +
+		`else echo "cpu=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) mem=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)"; fi`
+	var res wire.ExecResult
+	must(t, "read the box's cgroups", conn.DoJSON(t.Context(), http.MethodPost, "/v1/exec", wire.ExecRequest{Argv: []string{"sh", "-c", script}}, &res))
+	if res.ExitCode != 0 {
+		t.Fatalf("read the box's cgroups: exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	return strings.TrimSpace(res.Stdout)
+}
+
+// testUpdateLimits checks a LimitUpdater: a running box of a runtime
+// whose limits can change gets the new memory and CPU limits at once, as
+// its cgroups read from inside it show, its agent still connected.
+func testUpdateLimits(t *testing.T, h Harness) {
+	lu, ok := h.Driver.(driver.LimitUpdater)
+	if !ok {
+		t.Skip("the driver cannot change a running box's limits (driver.LimitUpdater)")
+	}
+	from, to := wire.Limits{MemoryMB: 128, CPUs: 0.2}, wire.Limits{MemoryMB: 192, CPUs: 0.3}
+	if !lu.CanUpdateLimits(h.Runtime, from, to) {
+		t.Skipf("the driver cannot change the limits of a box of runtime %q", h.Runtime)
+	}
+	if lu.CanUpdateLimits(h.Runtime, from, wire.Limits{MemoryMB: 128, CPUs: 0.2, DiskMB: 100}) {
+		t.Error("CanUpdateLimits says another disk size can be set on a running box")
+	}
+	d, ctx := h.Driver, t.Context()
+	s := spec(t, h, newInstance(t))
+	s.Limits = from
+	must(t, "create", d.Create(ctx, s))
+	conn := listen(t, h, s)
+	must(t, "start", d.Start(ctx, s.ID))
+	waitAgent(t, conn, "after start")
+	if got, want := boxCgroups(t, conn), "cpu=20000 mem=134217728"; got != want {
+		t.Fatalf("cgroups of the new box: %s, want %s", got, want)
+	}
+	must(t, "update limits", lu.UpdateLimits(ctx, s.ID, to))
+	wantState(t, d, s.ID, driver.BoxRunning, "after the update")
+	if !conn.Connected() {
+		t.Error("the box's agent is not connected after the update")
+	}
+	if got, want := boxCgroups(t, conn), "cpu=30000 mem=201326592"; got != want {
+		t.Errorf("cgroups after the update: %s, want %s", got, want)
+	}
+	if err := lu.UpdateLimits(ctx, "missing-"+s.ID[:8], to); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("update the limits of a missing box: got %v, want not found", err)
+	}
 }
 
 // testSnapshot checks a Snapshotter: a running box's root filesystem,
