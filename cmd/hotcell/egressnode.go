@@ -21,6 +21,7 @@ func (a *app) egressNodeCmd() *cobra.Command {
 	var (
 		kubeconfig, namespace, node, resolver, bridge, podRange, logFormat, rules string
 		upstreams, allowed, allowPrivate                                          []string
+		teardown                                                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "egress-node [flags]",
@@ -33,10 +34,13 @@ serves the DNS resolver the pods are pinned to (their dnsConfig names
 hostNetwork (docs/kubernetes.md, "Egress"); it needs root, iptables and ipset.
 
 The rules outlive it: stopping it leaves the pods confined, and a new one takes
-them over. Its credential needs get, list, watch and patch on pods in the
+them over. To uninstall, once the node has no sandbox pod left, --teardown
+removes the node's rule set (give the same --node, --pod-range and --rules)
+and exits. Its credential needs get, list, watch and patch on pods in the
 sandboxes' namespace.`,
 		Example: `  hotcell egress-node --node "$NODE_NAME" --resolver 10.244.0.1 --bridge cni0 \
-    --pod-range 10.244.0.0/16 --allow 10.244.0.1:7443`,
+    --pod-range 10.244.0.0/16 --allow 10.244.0.1:7443
+  hotcell egress-node --node "$NODE_NAME" --pod-range 10.244.0.0/16 --teardown`,
 		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if node == "" {
@@ -44,10 +48,6 @@ sandboxes' namespace.`,
 			}
 			if node == "" {
 				return usageError{errors.New("--node (or NODE_NAME) is required: the name of this node")}
-			}
-			res, err := netip.ParseAddr(resolver)
-			if err != nil || !res.Is4() {
-				return usageError{fmt.Errorf("--resolver %q must be this node's IPv4 address on the pod network", resolver)}
 			}
 			pods, err := netip.ParsePrefix(podRange)
 			if err != nil || !pods.Addr().Is4() {
@@ -57,6 +57,19 @@ sandboxes' namespace.`,
 				rules = "k8s-" + node
 			}
 			cfg := egress.Config{Network: rules, Subnet: pods.Masked(), Node: true}
+			if teardown {
+				// The rule set is keyed by its name and the pod range:
+				// nothing else is needed to find it.
+				if err := egress.TeardownConfig(cfg); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stderr, "removed egress rule set %s of node %s\n", rules, node)
+				return nil
+			}
+			res, err := netip.ParseAddr(resolver)
+			if err != nil || !res.Is4() {
+				return usageError{fmt.Errorf("--resolver %q must be this node's IPv4 address on the pod network", resolver)}
+			}
 			for _, s := range allowed {
 				ap, err := netip.ParseAddrPort(s)
 				if err != nil || !ap.Addr().Is4() {
@@ -122,6 +135,7 @@ sandboxes' namespace.`,
 	f.StringSliceVar(&allowed, "allow", nil, "TCP endpoint every sandbox reaches in every mode, addr:port (repeat): the daemon's agent channel, and its LLM gateway when it serves one")
 	f.StringSliceVar(&allowPrivate, "allow-private", nil, "private IPv4 network sandboxes may reach (egress_allow_private)")
 	f.StringVar(&rules, "rules", "", "name of this node's rule set, which its chains, sets and denial log group are keyed by (default k8s-<node>); only two controllers on one node, such as tests beside a real one, need different ones")
+	f.BoolVar(&teardown, "teardown", false, "remove this node's rule set (chains and sets) and exit, to uninstall once no sandbox pod is left")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
 }

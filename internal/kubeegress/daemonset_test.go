@@ -45,8 +45,9 @@ const dsImage = "hotcell/hotcell:test-egress-node"
 // an allowlist sandbox resolves its name through the pod's resolver,
 // reaches that address and no other. Each sandbox's chains go with its
 // pod; the node's own chain outlives the DaemonSet (pods stay confined
-// while it is replaced) and is removed by TeardownConfig, as an uninstall
-// would, leaving nothing of the test in iptables or ipset.
+// while it is replaced) and is removed by hotcell egress-node --teardown
+// (egress.TeardownConfig), as an uninstall would, leaving nothing of the
+// test in iptables or ipset.
 //
 // The pod runs with hostNetwork beside other tests' controllers on this
 // host: its rule set has a name of its own (--rules), so its chains, sets
@@ -177,8 +178,12 @@ func TestDaemonSetEnforces(t *testing.T) {
 	if got := hotcellObjects(t, base); len(got) == 0 {
 		t.Errorf("chain %s went with the DaemonSet; the rules are to outlive it", base)
 	}
-	if err := egress.TeardownConfig(ecfg); err != nil {
-		t.Fatal(err)
+	// An uninstall's step: hotcell egress-node --teardown, which is
+	// TeardownConfig for the node's rule set.
+	down := exec.Command(testenv.GoBuild(t, "./cmd/hotcell"), "egress-node", "--node", c.env.Node,
+		"--pod-range", podRange, "--rules", rules, "--teardown")
+	if out, err := down.CombinedOutput(); err != nil {
+		t.Fatalf("hotcell egress-node --teardown: %v\n%s", err, out)
 	}
 	if got := hotcellObjects(t, base); len(got) > 0 {
 		t.Errorf("after the teardown, still there: %v", got)
