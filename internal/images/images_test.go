@@ -200,3 +200,55 @@ func TestBuildBase(t *testing.T) {
 		t.Errorf("user in base: got %q exit %d, want %q", out, code, want)
 	}
 }
+
+// TestBuildHotcell: the egress-node image has the hotcell binary as its
+// entrypoint and the programs egress-node runs (iptables, iptables-restore,
+// ip6tables, ipset); a build of the same binary keeps the image, and a
+// dynamically linked binary is refused.
+func TestBuildHotcell(t *testing.T) {
+	t.Parallel()
+	c := testenv.RequireDocker(t)
+	ref := testenv.HotcellImage(t, tempRef(t, c, "hotcell/hotcell"))
+	ctx := t.Context()
+	if out, code := run(t, c, ref, "egress-node", "--help"); code != 0 || !strings.Contains(out, "--teardown") {
+		t.Errorf("hotcell egress-node --help: got %q exit %d", out, code)
+	}
+	cr, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{Image: ref, Config: &container.Config{
+		Entrypoint: []string{"/bin/sh", "-c"}, Cmd: []string{"for p in iptables iptables-restore ip6tables ipset; do command -v $p || exit 1; done; iptables -V"},
+		Labels: map[string]string{"hotcell.test": "images"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.ContainerRemove(context.Background(), cr.ID, client.ContainerRemoveOptions{Force: true}) })
+	if _, err := c.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res := <-c.ContainerWait(ctx, cr.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning}).Result
+	logs, err := c.ContainerLogs(ctx, cr.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	_, _ = stdcopy.StdCopy(&out, &out, logs)
+	logs.Close()
+	if res.StatusCode != 0 || strings.Count(out.String(), "/usr/sbin/") != 4 || !strings.Contains(out.String(), "nf_tables") {
+		t.Errorf("the image's firewall programs: got %q exit %d, want four under /usr/sbin and iptables-nft", out.String(), res.StatusCode)
+	}
+	before, err := c.ImageInspect(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Config == nil || len(before.Config.Entrypoint) != 1 || before.Config.Entrypoint[0] != images.HotcellBinary || before.Config.Labels[images.LabelHotcellBinary] == "" {
+		t.Errorf("image config: %+v, want entrypoint %s and label %s", before.Config, images.HotcellBinary, images.LabelHotcellBinary)
+	}
+	if err := images.BuildHotcell(ctx, c, ref, testenv.GoBuild(t, "./cmd/hotcell"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := c.ImageInspect(ctx, ref); err != nil || after.ID != before.ID {
+		t.Errorf("a build of the same binary made image %s (%v), want %s kept", after.ID, err, before.ID)
+	}
+	// Debian's ls is dynamically linked.
+	if err := images.BuildHotcell(ctx, c, ref, "/bin/ls", nil); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		t.Errorf("a build from /bin/ls: got %v, want it refused as dynamically linked", err)
+	}
+}
