@@ -49,48 +49,66 @@ func (m *Manager) AdoptRoute(ctx context.Context, id string) bool {
 	return true
 }
 
-// dropGoneRoutes closes this daemon's routes (Conn, run dir) of sandboxes
-// whose record recs (a listing of the store) no longer has, or has as
-// destroyed: on a set another daemon may destroy a sandbox whose agent
-// route this one took (AdoptRoute, Recover's listen), and its teardown
-// closes only its own. Every daemon runs it (activityLoop), as each keeps
-// its own routes. A candidate is looked up again under its lock taken
-// only if free: a create or a claim writes its record before it listens,
-// under the lock, so a route of an operation in flight is never taken for
-// a leftover of a listing older than its record.
+// dropGoneRoutes closes this daemon's routes of sandboxes that no agent
+// of theirs should reach here, by the listing recs of the store: on a set
+// another daemon may destroy or stop a sandbox whose agent route this one
+// took (AdoptRoute, Recover's listen), and its teardown or stop closes
+// only its own. A route of a sandbox whose record is gone or destroyed
+// goes with its run dir; one of a stopped sandbox (or one in error) with
+// no live session goes alone: left, it would take the agent of the
+// sandbox's next start on another daemon when the agent dials this one
+// first, and that daemon would wait for its agent in vain. Every daemon
+// runs it (activityLoop), as each keeps its own routes. A candidate is
+// looked up again under its lock taken only if free: a create, claim or
+// start listens under the lock (a create after writing its record), so a
+// route of an operation in flight is never taken for a leftover of a
+// listing older than it.
 func (m *Manager) dropGoneRoutes(ctx context.Context, recs []wire.Sandbox) {
-	live := make(map[string]bool, len(recs))
+	states := make(map[string]wire.State, len(recs))
 	for _, sb := range recs {
-		live[sb.ID] = sb.State != wire.StateDestroyed
+		states[sb.ID] = sb.State
 	}
 	m.mu.Lock()
-	var gone []string
-	for id := range m.conns {
-		if !live[id] {
-			gone = append(gone, id)
+	var cands []string
+	for id, c := range m.conns {
+		st, ok := states[id]
+		if !ok || st == wire.StateDestroyed || (routeIdle(st) && !c.Connected()) {
+			cands = append(cands, id)
 		}
 	}
 	m.mu.Unlock()
-	for _, id := range gone {
+	for _, id := range cands {
 		if ctx.Err() != nil {
 			return
 		}
-		unlock, ok := m.lockNow(ctx, id)
-		if !ok {
-			continue
+		m.dropRoute(ctx, id)
+	}
+}
+
+// routeIdle reports whether a sandbox in state st has no agent to route:
+// its box is stopped, or its start failed.
+func routeIdle(st wire.State) bool { return st == wire.StateStopped || st == wire.StateError }
+
+// dropRoute is dropGoneRoutes for one candidate, under its lock.
+func (m *Manager) dropRoute(ctx context.Context, id string) {
+	unlock, ok := m.lockNow(ctx, id)
+	if !ok {
+		return
+	}
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound), err == nil && sb.State == wire.StateDestroyed:
+		m.log.Info("closing the route of a sandbox another daemon destroyed", "sandbox", id)
+		m.closeConn(id)
+		m.life.activity.forget(id)
+		if err := os.RemoveAll(filepath.Join(m.opts.DataDir, "sandboxes", id)); err != nil {
+			m.log.Warn("remove the run dir of a sandbox another daemon destroyed", "sandbox", id, "err", err)
 		}
-		sb, err := m.store.Get(ctx, id)
-		switch {
-		case errors.Is(err, errdefs.ErrNotFound), err == nil && sb.State == wire.StateDestroyed:
-			m.log.Info("closing the route of a sandbox another daemon destroyed", "sandbox", id)
-			m.closeConn(id)
-			m.life.activity.forget(id)
-			if err := os.RemoveAll(filepath.Join(m.opts.DataDir, "sandboxes", id)); err != nil {
-				m.log.Warn("remove the run dir of a sandbox another daemon destroyed", "sandbox", id, "err", err)
-			}
-		case err != nil:
-			m.log.Warn("look up the sandbox of a route", "sandbox", id, "err", err)
-		}
-		unlock()
+	case err == nil && routeIdle(sb.State) && !m.HasSession(id):
+		m.log.Info("closing the route of a stopped sandbox", "sandbox", id, "state", sb.State)
+		m.closeConn(id)
+	case err != nil:
+		m.log.Warn("look up the sandbox of a route", "sandbox", id, "err", err)
 	}
 }

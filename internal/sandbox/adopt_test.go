@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/driver/fakedriver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/leader"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -128,5 +130,108 @@ func TestAgentMovesToALiveDaemon(t *testing.T) {
 	}
 	if !b.m.HasSession(sb.ID) {
 		t.Error("HasSession of A's sandbox on B after A went: false, want true")
+	}
+}
+
+// TestStartAfterRoutesKept: a route a daemon keeps for a stopped sandbox
+// must not take the agent of its next start on another daemon. Two
+// daemons of a set on one PostgreSQL store and one backend (a shared
+// fakedriver running real agents), each with its TCP agent channel; Y's
+// listener is first in the list every agent dials. X makes a sandbox (its
+// agent passes over Y), Y takes a route for it (AdoptRoute, as when the
+// agent redials Y), X stops it. Y, not the leader, closes its route on its
+// own, so X's start gets its agent: it dials Y first, is refused, and
+// comes to X.
+func TestStartAfterRoutesKept(t *testing.T) {
+	t.Parallel()
+	url := testenv.RequirePostgres(t)
+	mat, err := agentauth.LoadOrCreate(filepath.Join(t.TempDir(), "agent-channel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lns []net.Listener
+	var addrs []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	log := slog.New(slog.DiscardHandler)
+	drv := fakedriver.New(t)
+	start := func(name string, ln net.Listener) (*Manager, *store.Store) {
+		dir, err := os.MkdirTemp("/tmp", "hcad")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		st, err := store.Open(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		ch := agentconn.NewChannel(ln, mat, addrs, log)
+		m := New(drv, st, Options{DataDir: dir, AgentBinary: "/bin/true", ReadyTimeout: 10 * time.Second,
+			Log: log, AgentChannel: ch, Lifecycle: setLifecycle, Peers: storePeers{st, name, time.Minute},
+			Locks:   &leader.Locks{Store: st, Holder: name, TTL: time.Second, Log: log},
+			Elector: &leader.StoreLease{Store: st, Name: "sandbox-loops", Holder: name, TTL: 600 * time.Millisecond, Log: log}})
+		ch.OnUnknown = m.AdoptRoute
+		served := make(chan error, 1)
+		go func() { served <- ch.Serve() }()
+		bctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		t.Cleanup(func() {
+			cancel()
+			<-done
+			m.Close()
+			ch.Close()
+			if err := <-served; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+		if err := m.Recover(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer close(done)
+			_ = m.RunBackground(bctx)
+		}()
+		return m, st
+	}
+	x, st := start("daemon-x", lns[1])
+	waitFor(t, "X to lead", func() bool {
+		h, until, err := st.LeaseHolder(t.Context(), "sandbox-loops")
+		return err == nil && h == "daemon-x" && until.After(time.Now())
+	})
+	y, _ := start("daemon-y", lns[0])
+	ctx := t.Context()
+
+	sb, err := x.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
+	if err != nil {
+		t.Fatalf("create on X: %v", err)
+	}
+	if !y.AdoptRoute(ctx, sb.ID) {
+		t.Fatal("Y did not take a route of X's running sandbox")
+	}
+	if _, err := x.Stop(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	yRoute := func() bool {
+		y.mu.Lock()
+		_, ok := y.conns[sb.ID]
+		y.mu.Unlock()
+		return ok
+	}
+	waitFor(t, "Y to close its route of the stopped sandbox", func() bool { return !yRoute() })
+	if _, err := x.Start(ctx, sb.ID); err != nil {
+		t.Fatalf("start on X after the stop: %v", err)
+	}
+	if !x.HasSession(sb.ID) || y.HasSession(sb.ID) {
+		t.Errorf("the started sandbox's session: X %v, Y %v; want X's", x.HasSession(sb.ID), y.HasSession(sb.ID))
+	}
+	if printenv(t, x, sb.ID, "PATH") == "" {
+		t.Error("exec through X after the start: no PATH")
 	}
 }

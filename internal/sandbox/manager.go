@@ -969,6 +969,11 @@ func (m *Manager) stop(ctx context.Context, id, reason string) (wire.Sandbox, er
 		return sb, fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
 	m.releaseEgress(ctx, id)
+	if _, _, ok := m.set(); ok {
+		// Its agent is gone; a route kept here would take the agent of
+		// its next start on another daemon of the set (dropGoneRoutes).
+		m.closeConn(id)
+	}
 	m.Event(ctx, id, wire.SandboxEventStopped, reason, nil)
 	return m.withDeadlinesErr(m.setState(ctx, sb, wire.StateStopped, reason))
 }
