@@ -254,6 +254,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 		m.log.Warn("reconcile: list sandboxes", "err", err)
 		return
 	}
+	starts := m.newStartCheck(ctx)
 	for _, sb := range recs {
 		if sb.State == wire.StateDestroyed {
 			// A destroy answered whose removal failed (or is under way:
@@ -273,8 +274,8 @@ func (m *Manager) reconcile(ctx context.Context) {
 			continue
 		}
 		if sb.State == wire.StateStopped && sb.Pool == "" {
-			if _, _, ok := m.set(); ok {
-				m.reconcileStart(ctx, sb.ID)
+			if starts != nil {
+				m.reconcileStart(ctx, starts, sb.ID)
 			}
 			continue
 		}

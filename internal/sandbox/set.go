@@ -43,6 +43,8 @@ type Peers interface {
 type creatorStore interface {
 	PutCreating(ctx context.Context, sb wire.Sandbox, daemon string) error
 	PutStarting(ctx context.Context, id, daemon string) error
+	Starters(ctx context.Context) (map[string]string, error)
+	ClearStarter(ctx context.Context, id, daemon string) error
 	Creator(ctx context.Context, id string) (string, error)
 }
 
@@ -199,27 +201,67 @@ func (m *Manager) putStarting(ctx context.Context, id string) error {
 	return nil
 }
 
+// startCheck is what one reconcile pass knows of the starts on a set: the
+// daemon recorded as starting (or creating) each sandbox, read once, and
+// which of them are alive, asked once each.
+type startCheck struct {
+	starters map[string]string
+	alive    map[string]bool
+}
+
+// newStartCheck reads the starters for one pass; nil when this daemon is
+// alone on its store or the store does not answer.
+func (m *Manager) newStartCheck(ctx context.Context) *startCheck {
+	_, cs, ok := m.set()
+	if !ok {
+		return nil
+	}
+	starters, err := cs.Starters(ctx)
+	if err != nil {
+		m.log.Warn("reconcile: list the sandboxes' starters", "err", err)
+		return nil
+	}
+	return &startCheck{starters: starters, alive: map[string]bool{}}
+}
+
+// gone reports whether daemon d, another than this one, is gone.
+func (c *startCheck) gone(ctx context.Context, p Peers, d string) (bool, error) {
+	alive, ok := c.alive[d]
+	if !ok {
+		var err error
+		if alive, err = p.Alive(ctx, d); err != nil {
+			return false, err
+		}
+		c.alive[d] = alive
+	}
+	return !alive, nil
+}
+
 // reconcileStart is the leader's look at a stopped record on a set: a
 // start whose daemon died between starting the box and recording it
 // running leaves the box running (or paused) under a record "stopped",
 // which no daemon takes the agent of (AdoptRoute). Once the daemon that
-// started it is gone — by the rule of creates, leftoverCreate: not
-// registered, or its heartbeat old; never this daemon, whose own cut-off
-// starts its Recover puts right — the record follows the box, as
-// Recover's fixes do, and the sandbox's egress policy is put in force.
-// Under the sandbox's lock taken only if free (with Options.Locks the
-// store's too, which the dead daemon's start held until its lease
-// lapsed), so a start in flight anywhere is left alone.
-func (m *Manager) reconcileStart(ctx context.Context, id string) {
-	p, _, _ := m.set()
-	// Cheap first: a start of a live daemon (or of this one) is not
-	// looked at, so a stopped sandbox costs one store read a pass.
-	leftover, starter, err := m.unfinishedCreate(ctx, id, false)
-	if err != nil || !leftover || starter == p.Self() {
+// started it is gone — by the rule of creates: not registered, or its
+// heartbeat old; never while it lives, and never this daemon, whose own
+// cut-off starts its Recover puts right — the record follows the box, as
+// Recover's fixes do, and the sandbox's egress policy is put in force. A
+// gone starter's sandbox whose box is stopped is forgotten as started
+// (store.ClearStarter), so that it costs no look at the backend on the
+// next passes; a stopped sandbox with no starter is not looked at (a
+// start on a set always records its daemon first). Under the sandbox's
+// lock taken only if free (with Options.Locks the store's too, which the
+// dead daemon's start held until its lease lapsed), so a start in flight
+// anywhere is left alone.
+func (m *Manager) reconcileStart(ctx context.Context, c *startCheck, id string) {
+	p, cs, _ := m.set()
+	starter := c.starters[id]
+	if starter == "" || starter == p.Self() {
 		return
 	}
-	st, err := m.drv.Inspect(ctx, id)
-	if err != nil || (st.State != driver.BoxRunning && st.State != driver.BoxPaused) {
+	if gone, err := c.gone(ctx, p, starter); err != nil || !gone {
+		if err != nil {
+			m.log.Warn("reconcile: is the starting daemon alive", "sandbox", id, "starter", starter, "err", err)
+		}
 		return
 	}
 	unlock, ok := m.lockNow(ctx, id)
@@ -227,15 +269,24 @@ func (m *Manager) reconcileStart(ctx context.Context, id string) {
 		return
 	}
 	defer unlock()
-	// Again under the lock: the record and the box may have moved on.
+	// Again under the lock: the record and the start may have moved on.
 	cur, err := m.store.Get(ctx, id)
 	if err != nil || cur.State != wire.StateStopped || cur.Pool != "" {
 		return
 	}
-	if leftover, _, err = m.unfinishedCreate(ctx, id, false); err != nil || !leftover {
+	if now, err := cs.Creator(ctx, id); err != nil || now != starter {
 		return
 	}
-	if st, err = m.drv.Inspect(ctx, id); err != nil || (st.State != driver.BoxRunning && st.State != driver.BoxPaused) {
+	st, err := m.drv.Inspect(ctx, id)
+	if err != nil {
+		return
+	}
+	if st.State != driver.BoxRunning && st.State != driver.BoxPaused {
+		// Nothing to put right: the start died before its box started,
+		// or the box stopped since.
+		if err := cs.ClearStarter(ctx, id, starter); err != nil {
+			m.log.Warn("reconcile: forget a gone daemon's start", "sandbox", id, "err", err)
+		}
 		return
 	}
 	m.log.Warn("putting right a start whose daemon is gone", "sandbox", id, "starter", starter, "box", st.State)

@@ -194,6 +194,19 @@ func TestSetDeadDaemonsStart(t *testing.T) {
 	if _, err := first.Stop(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
+	// A second stopped sandbox whose recorded starter is gone but whose box
+	// never started: nothing to put right, and its starter is forgotten so
+	// that later passes do not look at its box again.
+	quiet, err := first.Create(t.Context(), wire.CreateSandboxRequest{Image: image}, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Stop(t.Context(), quiet.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := fst.PutStarting(t.Context(), quiet.ID, "daemon-gone"); err != nil {
+		t.Fatal(err)
+	}
 	first.Close()
 	fst.Close()
 
@@ -289,6 +302,13 @@ func TestSetDeadDaemonsStart(t *testing.T) {
 	time.Sleep(5 * setLifecycle.ReconcileInterval)
 	if n := fixes(); n != 1 {
 		t.Errorf("fixes: %d, want 1", n)
+	}
+	waitFor(t, "B to forget the gone daemon's start of a box that never started", func() bool {
+		c, err := st.Creator(t.Context(), quiet.ID)
+		return err == nil && c == ""
+	})
+	if got, err := st.Get(t.Context(), quiet.ID); err != nil || got.State != wire.StateStopped {
+		t.Errorf("the sandbox whose box never started: %v, %v; want stopped", got.State, err)
 	}
 }
 

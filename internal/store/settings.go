@@ -73,6 +73,38 @@ func (s *Store) PutStarting(ctx context.Context, id, daemon string) error {
 	return nil
 }
 
+// Starters returns the daemon recorded by the last PutCreating or
+// PutStarting of every sandbox that has one, by sandbox id: the leader's
+// reconciler reads it once a pass rather than once a sandbox.
+func (s *Store) Starters(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, daemon_id FROM sandbox_creators`)
+	if err != nil {
+		return nil, fmt.Errorf("list the sandboxes' starters: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, d string
+		if err := rows.Scan(&id, &d); err != nil {
+			return nil, fmt.Errorf("list the sandboxes' starters: %w", err)
+		}
+		out[id] = d
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list the sandboxes' starters: %w", err)
+	}
+	return out, nil
+}
+
+// ClearStarter forgets that daemon creates or starts sandbox id, if it is
+// still the one recorded: the start it stands for is over.
+func (s *Store) ClearStarter(ctx context.Context, id, daemon string) error {
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM sandbox_creators WHERE sandbox_id = ? AND daemon_id = ?`, id, daemon); err != nil {
+		return fmt.Errorf("clear the starter of sandbox %q: %w", id, err)
+	}
+	return nil
+}
+
 // Creator returns the daemon recorded by the last PutCreating (or
 // PutStarting) of sandbox id ("" when none was), or an error wrapping errdefs.ErrNotFound.
 func (s *Store) Creator(ctx context.Context, id string) (string, error) {
