@@ -115,6 +115,29 @@ func TestCreator(t *testing.T) {
 		if c, err := s.Creator(ctx, "sb1"); err != nil || c != "daemon-b" {
 			t.Errorf("creator after a second PutCreating: got %q, %v, want daemon-b", c, err)
 		}
+		// A start records its daemon the same way; Starters lists them;
+		// ClearStarter forgets only the daemon named.
+		if err := s.PutStarting(ctx, "sb1", "daemon-c"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Starters(ctx); err != nil || len(got) != 1 || got["sb1"] != "daemon-c" {
+			t.Errorf("starters: got %v, %v; want sb1: daemon-c", got, err)
+		}
+		if err := s.ClearStarter(ctx, "sb1", "daemon-b"); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := s.Creator(ctx, "sb1"); err != nil || c != "daemon-c" {
+			t.Errorf("starter after clearing another daemon's: got %q, %v, want daemon-c", c, err)
+		}
+		if err := s.ClearStarter(ctx, "sb1", "daemon-c"); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := s.Creator(ctx, "sb1"); err != nil || c != "" {
+			t.Errorf("starter after clearing it: got %q, %v, want none", c, err)
+		}
+		if err := s.PutStarting(ctx, "sb1", "daemon-c"); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.Delete(ctx, "sb1"); err != nil {
 			t.Fatal(err)
 		}
