@@ -156,6 +156,19 @@ func (e *Env) MustKubectl(t testing.TB, args ...string) string {
 	return out
 }
 
+// RequireGVisor gives up on the test unless the cluster has the
+// RuntimeClass gvisor, which scripts/k8s makes when its containerd runs
+// gVisor's shim (docs/kubernetes.md, pitfall 10): it skips, or fails when
+// CI is set, as a missing cluster does.
+func (e *Env) RequireGVisor(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := e.kubectl(ctx, nil, "get", "runtimeclass", "gvisor", "-o", "name"); err != nil {
+		testenv.SkipOrFail(t, "needs the test cluster's RuntimeClass gvisor (sudo scripts/k8s up makes it once gVisor's shim is built; a containerd started before reads it at its next start): %v", err)
+	}
+}
+
 // Namespace creates a namespace of its own for the test, ready for pods
 // (its default service account exists), and deletes it when the test ends,
 // waiting until it and its pods are gone.

@@ -153,8 +153,9 @@ func TestConformanceTCP(t *testing.T) {
 
 // TestConformance runs the driver suite on the real test cluster, with the
 // real agent as each box's PID 1 (copied in by the init container), once
-// per runtime the cluster offers (the test cluster has no RuntimeClass for
-// gVisor: TestRuntimeRefused checks that case).
+// per runtime the cluster offers (the test cluster offers gvisor when its
+// gVisor shim is built: TestRuntimeGVisor requires it, TestRuntimeRefused
+// checks a runtime whose class is missing).
 func TestConformance(t *testing.T) {
 	d, image := clusterDriver(t)
 	info, err := d.Info(t.Context())

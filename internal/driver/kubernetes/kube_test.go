@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
@@ -154,27 +156,86 @@ func TestWorkspaceKeptAcrossStop(t *testing.T) {
 }
 
 // TestRuntimeRefused checks that a runtime whose RuntimeClass the cluster
-// lacks is refused at create as an invalid argument, leaving nothing.
+// lacks is refused at create as an invalid argument, leaving nothing: on
+// the cluster as it is (the test cluster offers every runtime when its
+// gVisor shim is built), and on a driver whose gvisor class no cluster has.
 func TestRuntimeRefused(t *testing.T) {
 	t.Parallel()
-	d, image := clusterDriver(t)
+	d, image, env := clusterDriverOn(t, true)
+	absent, err := kubernetes.New(kubernetes.Config{
+		Kubeconfig:       env.Kubeconfig,
+		Namespace:        d.Namespace(),
+		WorkspaceHostDir: t.TempDir(),
+		PullPolicy:       corev1.PullNever,
+		NodeRunDirs:      true,
+		RuntimeClasses:   map[string]string{wire.RuntimeGVisor: "hotcell-no-such-class"},
+	})
+	must(t, "driver with an absent class", err)
+	ctx := t.Context()
+	refused := 0
+	for _, d := range []*kubernetes.Driver{d, absent} {
+		info, err := d.Info(ctx)
+		must(t, "info", err)
+		for _, rt := range wire.Runtimes() {
+			if contains(info.Runtimes, rt) {
+				continue
+			}
+			if info.RuntimeHints[rt] == "" {
+				t.Errorf("runtime %s is missing without a hint", rt)
+			}
+			spec, _ := newBox(t, d, image)
+			spec.Runtime = rt
+			if err := d.Create(ctx, spec); !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("create with runtime %s the cluster lacks: got %v, want invalid argument", rt, err)
+			}
+			if st, err := d.Inspect(ctx, spec.ID); err != nil || st.State != driver.BoxMissing {
+				t.Errorf("after the refused create: inspect got %+v, %v; want missing", st, err)
+			}
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Error("no runtime was refused: the driver whose gvisor class is absent offered it")
+	}
+}
+
+// TestRuntimeGVisor runs a box of runtime gvisor under the test cluster's
+// RuntimeClass gvisor (gVisor's containerd shim, scripts/k8s) and checks
+// from inside the box that its kernel is gVisor's, and a runc box's is not.
+func TestRuntimeGVisor(t *testing.T) {
+	t.Parallel()
+	d, image, env := clusterDriverOn(t, true)
+	env.RequireGVisor(t)
 	ctx := t.Context()
 	info, err := d.Info(ctx)
 	must(t, "info", err)
-	for _, rt := range wire.Runtimes() {
-		if contains(info.Runtimes, rt) {
-			continue
-		}
-		if info.RuntimeHints[rt] == "" {
-			t.Errorf("runtime %s is missing without a hint", rt)
-		}
-		spec, _ := newBox(t, d, image)
+	if !contains(info.Runtimes, wire.RuntimeGVisor) {
+		t.Fatalf("the cluster has the RuntimeClass gvisor, but the driver offers %v (hints %v)", info.Runtimes, info.RuntimeHints)
+	}
+	for _, rt := range []string{wire.RuntimeGVisor, wire.RuntimeRunc} {
+		spec, listen := newBox(t, d, image)
 		spec.Runtime = rt
-		if err := d.Create(ctx, spec); !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("create with runtime %s the cluster lacks: got %v, want invalid argument", rt, err)
+		must(t, "create "+rt, d.Create(ctx, spec))
+		conn := listen()
+		must(t, "start "+rt, d.Start(ctx, spec.ID))
+		waitAgent(t, conn)
+		pod, err := d.Client().CoreV1().Pods(d.Namespace()).Get(ctx, kubernetes.PodName(spec.ID), metav1.GetOptions{})
+		must(t, "get pod", err)
+		class := ""
+		if pod.Spec.RuntimeClassName != nil {
+			class = *pod.Spec.RuntimeClassName
 		}
-		if st, err := d.Inspect(ctx, spec.ID); err != nil || st.State != driver.BoxMissing {
-			t.Errorf("after the refused create: inspect got %+v, %v; want missing", st, err)
+		out, err := env.Kubectl(ctx, nil, "-n", d.Namespace(), "exec", pod.Name, "-c", "box", "--", "cat", "/proc/version")
+		must(t, "cat /proc/version in the "+rt+" box", err)
+		gvisor := strings.Contains(out, "gvisor")
+		switch {
+		case rt == wire.RuntimeGVisor && (class != "gvisor" || !gvisor):
+			t.Errorf("the gvisor box: runtime class %q, /proc/version %q; want gvisor and gVisor's kernel", class, out)
+		case rt == wire.RuntimeRunc && (class != "" || gvisor):
+			t.Errorf("the runc box: runtime class %q, /proc/version %q; want none and the host's kernel", class, out)
+		}
+		if st, err := d.Inspect(ctx, spec.ID); err != nil || st.Runtime != rt {
+			t.Errorf("inspect of the %s box: got %+v, %v", rt, st, err)
 		}
 	}
 }

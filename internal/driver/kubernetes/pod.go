@@ -151,7 +151,11 @@ func (d *Driver) podFor(spec driver.Spec, runtimeClass string) (*corev1.Pod, err
 				Image:           d.cfg.AgentImage,
 				ImagePullPolicy: d.cfg.PullPolicy,
 				Command:         []string{AgentInImage, "-install-to", driver.AgentPath},
-				VolumeMounts:    []corev1.VolumeMount{{Name: volumeAgent, MountPath: agentDir}},
+				// The agent image's WORKDIR (/workspace) is not in it, and
+				// its root filesystem is read-only: runc makes the directory
+				// anyway, gVisor refuses to start the container.
+				WorkingDir:   "/",
+				VolumeMounts: []corev1.VolumeMount{{Name: volumeAgent, MountPath: agentDir}},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsUser:                &nobody,
 					RunAsGroup:               &nobody,
