@@ -235,7 +235,7 @@ type forwardTarget struct {
 	// pool is a call on the pools (poolTarget).
 	pool  bool
 	local http.Handler
-	in     *http.Request
+	in    *http.Request
 }
 
 // maxPeekedCreate bounds the create body read to find its template; a

@@ -96,8 +96,8 @@ type Gateway struct {
 	// checked is when each token of byHash was last found in the store
 	// (or minted here), for Options.Recheck.
 	checked map[[32]byte]time.Time
-	grants map[key][32]byte // whose → current token hash
-	usage  map[key]*counters
+	grants  map[key][32]byte // whose → current token hash
+	usage   map[key]*counters
 
 	// flushMu orders usage writes against Forget, so that a write cannot
 	// bring back the counters of a destroyed sandbox.
