@@ -335,7 +335,38 @@ func (d *Driver) deletePod(ctx context.Context, id string, grace *int64) error {
 	if err != nil {
 		return classify("delete pod "+PodName(id), err)
 	}
-	return d.waitPod(ctx, id, func(p *corev1.Pod) (bool, error) { return p == nil, nil })
+	var last *corev1.Pod
+	err = d.waitPod(ctx, id, func(p *corev1.Pod) (bool, error) {
+		last = p
+		return p == nil, nil
+	})
+	if err != nil && last != nil {
+		// Say where the kubelet got stuck: a wait that ends here is
+		// otherwise only a deadline.
+		return fmt.Errorf("%w (pod %s still there: %s)", err, PodName(id), podState(last))
+	}
+	return err
+}
+
+// podState describes a pod for an error: its phase, whether its deletion
+// was asked for, and each container's state.
+func podState(p *corev1.Pod) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase %s", p.Status.Phase)
+	if t := p.DeletionTimestamp; t != nil {
+		fmt.Fprintf(&b, ", deletion due %s", t.UTC().Format(time.RFC3339))
+	}
+	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+		switch st := cs.State; {
+		case st.Running != nil:
+			fmt.Fprintf(&b, ", container %s running since %s", cs.Name, st.Running.StartedAt.UTC().Format(time.RFC3339))
+		case st.Terminated != nil:
+			fmt.Fprintf(&b, ", container %s exited %d (%s)", cs.Name, st.Terminated.ExitCode, st.Terminated.Reason)
+		case st.Waiting != nil:
+			fmt.Fprintf(&b, ", container %s waiting (%s)", cs.Name, st.Waiting.Reason)
+		}
+	}
+	return b.String()
 }
 
 // Stop deletes the box's pod, giving its agent timeout (rounded up to

@@ -5,10 +5,12 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -289,5 +291,22 @@ func TestPodForAgentDial(t *testing.T) {
 		if strings.Contains(e.Value, "secret-token") {
 			t.Errorf("env %s carries the credential", e.Name)
 		}
+	}
+}
+
+func TestPodState(t *testing.T) {
+	t.Parallel()
+	due := metav1.NewTime(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &due},
+		Status: corev1.PodStatus{
+			Phase:                 corev1.PodRunning,
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "agent", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: containerBox, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: due}}}},
+		},
+	}
+	want := "phase Running, deletion due 2026-12-05T10:00:00Z, container agent exited 0 (Completed), container box running since 2026-12-05T10:00:00Z"
+	if got := podState(p); got != want {
+		t.Errorf("podState:\n got %s\nwant %s", got, want)
 	}
 }
