@@ -219,7 +219,9 @@ func TestBuildHotcell(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = c.ContainerRemove(context.Background(), cr.ID, client.ContainerRemoveOptions{Force: true}) })
+	t.Cleanup(func() {
+		_, _ = c.ContainerRemove(context.Background(), cr.ID, client.ContainerRemoveOptions{Force: true})
+	})
 	if _, err := c.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
