@@ -390,13 +390,15 @@ func TestPoolRestartAndReplace(t *testing.T) {
 		return s.Ready == 2 && len(ids) == 2 && !slices.Contains(ids, killed[0]) && !slices.Contains(ids, killed[1])
 	})
 
-	// A rebuild: the pool replaces its boxes with the new version's.
+	// A rebuild: the pool replaces its boxes with the new version's. The
+	// old boxes are noted before the build: at 10 a second the pool can
+	// finish replacing them before the build's call returns.
+	old := pooledIDs(t, d)
 	if _, err := d.C.BuildTemplate(ctx, name, client.BuildTemplateOptions{
 		Defaults: &client.TemplateDefaults{Env: map[string]string{"TPL": "tpl", "OWNER": "nobody"}},
 	}, buildContext(t, map[string]string{"Dockerfile": "FROM hotcell/base:latest\nRUN echo v2 > /opt/marker\n"}), nil); err != nil {
 		t.Fatal(err)
 	}
-	old := pooledIDs(t, d)
 	waitPool(t, d, name, "version 2 boxes", func(s client.PoolStatus) bool {
 		ids := pooledIDs(t, d)
 		return s.Version == 2 && s.Ready == 2 && len(ids) == 2 && !slices.Contains(ids, old[0]) && !slices.Contains(ids, old[1])

@@ -91,6 +91,9 @@ func TestKubernetesEgressThroughServe(t *testing.T) {
 	reaches := func(id string, a netip.Addr) bool {
 		t.Helper()
 		out, code := run(id, "nc -w 3 "+a.String()+" 80 </dev/null")
+		// Logged either way: when a check fails, nc's own words say
+		// whether it timed out, was refused or got another answer.
+		t.Logf("nc from %s to %s:80: exit %d, %q", id, a, code, out)
 		return code == 0 && strings.Contains(out, "hello from "+a.String()+":80")
 	}
 	lookup := func(id, name string) string {
