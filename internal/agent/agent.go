@@ -167,6 +167,7 @@ func (h *handler) health(w http.ResponseWriter, r *http.Request) error {
 		Version: Version,
 		PID:     os.Getpid(),
 		Uptime:  time.Since(h.started).Milliseconds(),
+		Leaving: Leaving(r.Context()),
 	})
 }
 

@@ -166,29 +166,39 @@ func FallbackDialer(first, second Dialer) Dialer {
 
 // FallbackConn is a session's connection that came by the fallback. An
 // agent that fell back only because the daemon was restarting (its TCP
-// listener, or the firewall rule for a new port, not up yet) would stay on
-// the socket for good; RunDialer asks Retry now and then and ends such a
-// session once the first way connects again.
+// listener, or the firewall rule for a new port, not up yet) or because its
+// box had no network for a while would stay on the socket for good; the
+// agent tries the first way now and then (successor) and moves its session
+// there once it connects.
 type FallbackConn struct {
 	net.Conn
 	first Dialer
 }
 
-// fallbackRetry is how often a fallback session checks the first way.
+// fallbackRetry is how often a fallback session tries the first way.
 const fallbackRetry = 3 * time.Second
 
-// Retry reports whether the first way connects now. Its connection is
-// closed at once: the daemon sees a handshake that never came, not a
-// second session.
-func (c *FallbackConn) Retry(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	nc, err := c.first(ctx)
-	if err != nil {
-		return false
+// successor tries the first way every fallbackRetry until it connects,
+// and returns that connection (nil when ctx ends first). During each try
+// the session s on the fallback says it is leaving, so that the daemon,
+// which checks a session that is up before it takes a newcomer over TCP,
+// takes this one.
+func (c *FallbackConn) successor(ctx context.Context, s *session) net.Conn {
+	t := time.NewTicker(fallbackRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s.leave(true)
+		nc, err := c.first(ctx)
+		if err == nil {
+			return nc
+		}
+		s.leave(false)
 	}
-	nc.Close()
-	return true
 }
 
 // FileDialer reads dialFile at every attempt: when it is there, it dials

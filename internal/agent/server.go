@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -32,24 +33,60 @@ func YamuxConfig() *yamux.Config {
 // when the session ends or ctx is done (then with nil). Requests still
 // running are cancelled either way.
 func Serve(ctx context.Context, conn net.Conn, h http.Handler) error {
+	return newSession(ctx, h).serve(conn)
+}
+
+// session is the agent's end of one session with the daemon.
+type session struct {
+	ctx context.Context
+	srv *http.Server
+	// leaving is set while the agent is handing the daemon over to a new
+	// session (leaveFallback): the health check says so, which is what
+	// lets the daemon take the newcomer while this one still answers.
+	leaving atomic.Bool
+}
+
+type sessionKey struct{}
+
+// Leaving reports whether the session a request came on is being left
+// for another: the health check's Leaving.
+func Leaving(ctx context.Context) bool {
+	s, _ := ctx.Value(sessionKey{}).(*session)
+	return s != nil && s.leaving.Load()
+}
+
+func newSession(ctx context.Context, h http.Handler) *session {
+	s := &session{ctx: ctx}
+	s.srv = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 30 * time.Second,
+		// Cancel in-flight requests (and so kill their execs) with ctx.
+		BaseContext: func(net.Listener) context.Context { return context.WithValue(ctx, sessionKey{}, s) },
+		ErrorLog:    log.New(io.Discard, "", 0),
+	}
+	return s
+}
+
+// leave says whether the session is being left. While it is, each stream
+// ends after the answer it carries (no keep-alive), so the daemon's calls
+// move to the new session as they come and this one empties.
+func (s *session) leave(yes bool) {
+	s.leaving.Store(yes)
+	s.srv.SetKeepAlivesEnabled(!yes)
+}
+
+func (s *session) serve(conn net.Conn) error {
 	sess, err := yamux.Server(conn, YamuxConfig())
 	if err != nil {
 		_ = conn.Close()
 		return fmt.Errorf("serve agent channel: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 30 * time.Second,
-		// Cancel in-flight requests (and so kill their execs) with ctx.
-		BaseContext: func(net.Listener) context.Context { return ctx },
-		ErrorLog:    log.New(io.Discard, "", 0),
-	}
-	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	stop := context.AfterFunc(s.ctx, func() { _ = s.srv.Close() })
 	defer stop()
-	err = srv.Serve(sess)
-	_ = srv.Close()
+	err = s.srv.Serve(sess)
+	_ = s.srv.Close()
 	_ = sess.Close()
-	if ctx.Err() != nil {
+	if s.ctx.Err() != nil {
 		return nil
 	}
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, io.EOF) {
@@ -58,34 +95,39 @@ func Serve(ctx context.Context, conn net.Conn, h http.Handler) error {
 	return fmt.Errorf("serve agent channel: %w", err)
 }
 
-// retryFirst ends a session that came by the fallback (FallbackConn) once
-// the preferred way connects again, so the agent redials by it. It
-// returns a func that stops the checks.
-func retryFirst(ctx context.Context, conn net.Conn, log *slog.Logger) (stop func()) {
+// serveSession serves h on conn until its session ends. A session that
+// came by the fallback (FallbackConn) is left as soon as the preferred way
+// connects again: serveSession then returns that connection at once, and
+// the old session goes on in the background serving the calls it has
+// (an exec, a terminal) until the daemon, which has moved its new calls
+// to the new session, closes it. Nothing running is cut by the move.
+func serveSession(ctx context.Context, conn net.Conn, h http.Handler, log *slog.Logger) (next net.Conn, err error) {
+	s := newSession(ctx, h)
+	done := make(chan error, 1)
+	go func() { done <- s.serve(conn) }()
 	fc, ok := conn.(*FallbackConn)
 	if !ok {
-		return func() {}
+		return nil, <-done
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(fallbackRetry)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if fc.Retry(ctx) {
-				log.Debug("the preferred channel answers again; leaving the fallback")
-				fc.Close()
-				return
-			}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	found := make(chan net.Conn, 1)
+	go func() { found <- fc.successor(sctx, s) }()
+	select {
+	case err = <-done:
+		cancel()
+		// A successor found as the session ended is as good as a dial.
+		if nc := <-found; nc != nil {
+			return nc, nil
 		}
-	}()
-	return func() { cancel(); <-done }
+		return nil, err
+	case nc := <-found:
+		if nc == nil {
+			return nil, <-done
+		}
+		log.Debug("the preferred channel answers again; leaving the fallback", "addr", nc.RemoteAddr().String())
+		return nc, nil
+	}
 }
 
 // DefaultSocket is where the daemon listens for its agent, inside the sandbox.
@@ -114,14 +156,20 @@ func RunDialer(ctx context.Context, dial Dialer, h http.Handler, logger *slog.Lo
 	}
 	log := logger.With("component", "agent")
 	backoff := minBackoff
+	var next net.Conn // a connection serveSession found for the next session
 	for {
-		conn, err := dial(ctx)
+		conn, err := next, error(nil)
+		if next = nil; conn == nil {
+			conn, err = dial(ctx)
+		}
 		if err == nil {
 			log.Debug("connected to daemon", "addr", conn.RemoteAddr().String())
 			started := time.Now()
-			stop := retryFirst(ctx, conn, log)
-			err = Serve(ctx, conn, h)
-			stop()
+			next, err = serveSession(ctx, conn, h, log)
+			if next != nil {
+				backoff = minBackoff
+				continue
+			}
 			if time.Since(started) > maxBackoff {
 				backoff = minBackoff // a session that lived was a success
 			}

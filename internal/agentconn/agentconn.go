@@ -82,6 +82,9 @@ type Conn struct {
 	health  wire.AgentHealth
 	readyCh chan struct{} // closed while a healthy session is up
 	closed  bool
+	// draining is a session its agent left, kept until the calls it
+	// carries are done (drain).
+	draining *yamux.Session
 
 	transport *http.Transport
 	client    *http.Client
@@ -181,9 +184,10 @@ func makeConn(id string, log *slog.Logger, handshake time.Duration) *Conn {
 
 // AddListener accepts agent connections from ln too, until Close (which
 // closes ln). keepLive says what a connection from ln does to a session
-// that is up: with keepLive a session that answers a ping within
+// that is up: with keepLive a session that answers a health check within
 // liveCheckTimeout stays and the newcomer is refused, and only a session
-// that does not (its agent restarted, its network went) is replaced. The
+// that does not (its agent restarted, its network went) or whose agent
+// says it is leaving it (for the newcomer: current) is replaced. The
 // TCP channel uses it: a credential that leaked out of its box (it is
 // reachable from the network) must not let anyone take the rightful
 // agent's session away.
@@ -201,8 +205,8 @@ func (c *Conn) AddListener(ln net.Listener, keepLive bool) error {
 	return nil
 }
 
-// liveCheckTimeout is how long a session that is up has to answer a ping
-// before a keepLive newcomer replaces it.
+// liveCheckTimeout is how long a session that is up has to answer its
+// health check before a keepLive newcomer replaces it.
 const liveCheckTimeout = 2 * time.Second
 
 const streamCloseTimeout = 5 * time.Second
@@ -261,14 +265,20 @@ func (c *Conn) acceptLoop(ln net.Listener, keepLive bool) {
 // it answers a health check, and calls handshakeDone when that is decided.
 // The latest healthy connection wins: an agent that restarted replaces its
 // dead predecessor (with keepLive, only a predecessor that does not answer
-// a ping). Only one session is live: the one replaced is closed.
+// its health check, or whose agent says it is leaving it). Only one
+// session is live: the one replaced is closed, or drained when its agent
+// left it.
 func (c *Conn) adopt(nc net.Conn, keepLive bool, handshakeDone func()) {
-	if keepLive && c.liveSession() {
-		handshakeDone()
-		nc.Close()
-		c.refused.Add(1)
-		c.logf(slog.LevelWarn, "agent connection refused: the sandbox's session is up and answers")
-		return
+	var leaving *yamux.Session
+	if keepLive {
+		var holds bool
+		if holds, leaving = c.current(); holds {
+			handshakeDone()
+			nc.Close()
+			c.refused.Add(1)
+			c.logf(slog.LevelWarn, "agent connection refused: the sandbox's session is up and answers")
+			return
+		}
 	}
 	// Every read and write of the handshake has a deadline, so a peer
 	// that trickles (or sends nothing) frees the slot in time.
@@ -313,7 +323,11 @@ func (c *Conn) adopt(nc net.Conn, keepLive bool, handshakeDone func()) {
 		close(c.readyCh)
 	}
 	c.mu.Unlock()
-	if old != nil {
+	switch {
+	case old == nil:
+	case old == leaving:
+		c.drain(old)
+	default:
 		old.Close()
 	}
 	c.transport.CloseIdleConnections()
@@ -334,30 +348,78 @@ func (c *Conn) adopt(nc net.Conn, keepLive bool, handshakeDone func()) {
 	c.logf(slog.LevelDebug, "agent session ended")
 }
 
-// liveSession reports whether the current session answers a ping in time.
-func (c *Conn) liveSession() bool {
+// current checks the session that is up when a keepLive newcomer comes.
+// It holds when its agent answers a health check within liveCheckTimeout
+// and does not say it is leaving; leaving is the session when its agent
+// said it is (the newcomer is its successor: drain, not Close, when it
+// is replaced). Only the session's own agent can say so, on the session:
+// a newcomer proves nothing by coming.
+func (c *Conn) current() (holds bool, leaving *yamux.Session) {
 	c.mu.Lock()
 	s := c.sess
 	c.mu.Unlock()
 	if s == nil || s.IsClosed() {
-		return false
+		return false, nil
 	}
-	answered := make(chan error, 1)
-	go func() {
-		_, err := s.Ping()
-		answered <- err
-	}()
-	t := time.NewTimer(liveCheckTimeout)
-	defer t.Stop()
-	select {
-	case err := <-answered:
-		return err == nil
-	case <-t.C:
-		return false
-	case <-c.adopting.Done():
-		return false
+	ctx, cancel := context.WithTimeout(c.adopting, liveCheckTimeout)
+	defer cancel()
+	h, err := healthOn(ctx, s)
+	switch {
+	case err != nil:
+		return false, nil
+	case h.Leaving:
+		return false, s
+	default:
+		return true, nil
 	}
 }
+
+// drain closes sess, a session its agent left for the one that replaced
+// it, once the daemon has no stream open on it: the calls it carried (an
+// exec, a terminal, a port tunnel) finish there while new ones take the
+// new session (the agent ends each of its streams after its answer, so
+// none is reused). One session drains at a time: another's drain closes
+// it, which bounds what an agent that keeps leaving can hold.
+func (c *Conn) drain(sess *yamux.Session) {
+	c.mu.Lock()
+	prev := c.draining
+	c.draining = sess
+	closed := c.closed
+	c.mu.Unlock()
+	if prev != nil {
+		prev.Close()
+	}
+	if closed {
+		sess.Close()
+		return
+	}
+	c.logf(slog.LevelDebug, "agent left its session; draining it", "streams", sess.NumStreams())
+	c.adopts.Add(1)
+	go func() {
+		defer c.adopts.Done()
+		t := time.NewTicker(drainPoll)
+		defer t.Stop()
+	wait:
+		for sess.NumStreams() > 0 {
+			select {
+			case <-t.C:
+			case <-sess.CloseChan():
+				break wait
+			case <-c.adopting.Done():
+				break wait
+			}
+		}
+		sess.Close()
+		c.mu.Lock()
+		if c.draining == sess {
+			c.draining = nil
+		}
+		c.mu.Unlock()
+	}()
+}
+
+// drainPoll is how often a draining session's streams are counted.
+const drainPoll = 100 * time.Millisecond
 
 // runHook runs hook with a transport on sess.
 func runHook(ctx context.Context, sess *yamux.Session, hook ConnectHook) error {
@@ -694,9 +756,12 @@ func (c *Conn) Close() error {
 		return nil
 	}
 	c.closed = true
-	s := c.sess
+	s, dr := c.sess, c.draining
 	c.sess = nil
 	c.mu.Unlock()
+	if dr != nil {
+		dr.Close()
+	}
 	c.lnMu.Lock()
 	c.lnClosed = true
 	var err error

@@ -3,6 +3,9 @@ package agentconn
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -10,8 +13,11 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/yamux"
 
 	"github.com/hotcell/hotcell/internal/agent"
 	"github.com/hotcell/hotcell/internal/agentauth"
@@ -167,6 +173,145 @@ func TestChannelKeepsLiveSession(t *testing.T) {
 	first.Close()
 	dialAgent(t, d, 2)
 	waitPID(t, c, 2)
+}
+
+// leavingAgent serves an agent whose health check says leaving when told
+// to, with no keep-alive, GET /pid answering its pid and GET /slow answering "done" once
+// release is closed. It returns the agent's session.
+func leavingAgent(t *testing.T, d driver.AgentDial, pid int, leaving *atomic.Bool, release <-chan struct{}) *yamux.Session {
+	t.Helper()
+	dial, err := agent.TLSDialer(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := dial(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(wire.AgentHealth{Version: "test", PID: pid, Leaving: leaving.Load()})
+	})
+	mux.HandleFunc("GET /pid", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, pid) })
+	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+			fmt.Fprint(w, "done")
+		case <-r.Context().Done():
+		}
+	})
+	// Every stream ends after its answer, as on a real agent's session
+	// that is leaving: no idle stream keeps a drained session open.
+	return agentconntest.Serve(t, nc, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		mux.ServeHTTP(w, r)
+	}))
+}
+
+// get sends GET path to c's agent and returns the answer's body.
+func get(c *Conn, path string) (string, error) {
+	req, _ := http.NewRequest(http.MethodGet, path, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func closedWithin(s *yamux.Session, d time.Duration) bool {
+	select {
+	case <-s.CloseChan():
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// TestChannelDrainsLeavingSession: a newcomer over TCP replaces a session
+// that answers only when that session's agent says it is leaving (an
+// agent leaving its socket fallback). The call in flight on the old
+// session finishes there, new calls take the new one, and the daemon
+// closes the old one once it is empty. One session drains at a time: a
+// third session's arrival closes the first if it still drains.
+func TestChannelDrainsLeavingSession(t *testing.T) {
+	t.Parallel()
+	ch := newChannel(t)
+	c := routed(t, ch, "sb-a")
+	d := *ch.Dial("sb-a")
+	var leaving1, leaving2, leaving3 atomic.Bool
+	release1, release2 := make(chan struct{}), make(chan struct{})
+	s1 := leavingAgent(t, d, 1, &leaving1, release1)
+	waitPID(t, c, 1)
+
+	type answer struct {
+		body string
+		err  error
+	}
+	slow := func() chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			b, err := get(c, "/slow")
+			ch <- answer{b, err}
+		}()
+		return ch
+	}
+	inFlight := slow()
+	for s1.NumStreams() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// Not leaving: the newcomer is refused, as in TestChannelKeepsLiveSession.
+	if !refused(t, rawHello(t, ch, d, agentauth.Hello{Sandbox: "sb-a", Token: d.Token})) {
+		t.Fatal("a newcomer took a session whose agent is not leaving")
+	}
+
+	leaving1.Store(true)
+	s2 := leavingAgent(t, d, 2, &leaving2, release2)
+	waitPID(t, c, 2)
+	if got, err := get(c, "/pid"); err != nil || got != "2" {
+		t.Errorf("a call after the move: %q, %v; want the new session's pid 2", got, err)
+	}
+	if closedWithin(s1, 300*time.Millisecond) {
+		t.Fatal("the old session was closed with a call in flight on it")
+	}
+	close(release1)
+	if a := <-inFlight; a.err != nil || a.body != "done" {
+		t.Errorf("the call in flight across the move: %q, %v", a.body, a.err)
+	}
+	if !closedWithin(s1, 5*time.Second) {
+		t.Error("the old session was not closed once empty")
+	}
+
+	// A call held on the second; it leaves too, and a third comes while
+	// the second still drains: the second goes on draining, and a fourth
+	// closes it at once.
+	held := slow()
+	for s2.NumStreams() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	leaving2.Store(true)
+	s3 := leavingAgent(t, d, 3, &leaving3, nil)
+	waitPID(t, c, 3)
+	if closedWithin(s2, 300*time.Millisecond) {
+		t.Fatal("the second session was closed with a call in flight on it")
+	}
+	leaving3.Store(true)
+	leavingAgent(t, d, 4, new(atomic.Bool), nil)
+	waitPID(t, c, 4)
+	if !closedWithin(s2, 5*time.Second) {
+		t.Error("a second drain did not close the first")
+	}
+	if a := <-held; a.err == nil && a.body == "done" {
+		t.Error("the call on the session closed by the second drain finished")
+	}
+	if !closedWithin(s3, 5*time.Second) {
+		t.Error("the third session, empty when its agent left it, was not closed")
+	}
+	close(release2)
 }
 
 // TestChannelHandshakeLimits: silent connections are cut at the handshake
@@ -396,4 +541,114 @@ func TestAgentRedialsToAnotherDaemon(t *testing.T) {
 	chs[0].Close()
 	first.Close()
 	waitPID(t, other.wait("sb-a"), 31)
+}
+
+// TestAgentLeavesFallback: the real agent's loop (agent.RunDialer) on a
+// fallback dialer, against a Conn that listens on a socket and on the
+// channel's route as the manager's do. While TCP fails the agent serves
+// on the socket; once TCP answers it moves there, a call that was running
+// on the socket's session finishes there, and the daemon closes that
+// session once it is empty.
+func TestAgentLeavesFallback(t *testing.T) {
+	t.Parallel()
+	ch := newChannel(t)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	c, err := Listen("sb-a", sock, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ln, err := ch.Register("sb-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddListener(ln, true); err != nil {
+		t.Fatal(err)
+	}
+	tcp, err := agent.TLSDialer(*ch.Dial("sb-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reachable atomic.Bool
+	first := func(ctx context.Context) (net.Conn, error) {
+		if !reachable.Load() {
+			return nil, errors.New("no route to the listener")
+		}
+		return tcp(ctx)
+	}
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(wire.AgentHealth{Version: "test", PID: 1, Leaving: agent.Leaving(r.Context())})
+	})
+	// /via answers the network the call came by.
+	mux.HandleFunc("GET /via", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Context().Value(http.LocalAddrContextKey).(net.Addr).Network())
+	})
+	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+			fmt.Fprint(w, "done")
+		case <-r.Context().Done():
+		}
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() {
+		ran <- agent.RunDialer(ctx, agent.FallbackDialer(first, agent.UnixDialer(sock)), mux, slog.New(slog.DiscardHandler))
+	}()
+	t.Cleanup(func() { cancel(); <-ran })
+
+	wctx, wcancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer wcancel()
+	if err := c.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := get(c, "/via"); err != nil || got != "unix" {
+		t.Fatalf("with TCP failing: via %q, %v; want unix", got, err)
+	}
+	type answer struct {
+		body string
+		err  error
+	}
+	inFlight := make(chan answer, 1)
+	go func() {
+		b, err := get(c, "/slow")
+		inFlight <- answer{b, err}
+	}()
+	c.mu.Lock()
+	old := c.sess
+	c.mu.Unlock()
+	for old.NumStreams() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	reachable.Store(true)
+	for {
+		got, err := get(c, "/via")
+		if err != nil {
+			t.Fatalf("a call during the move: %v", err)
+		}
+		if got == "tcp" {
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatal("the agent never moved to TCP")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if old.IsClosed() {
+		t.Fatal("the socket's session was closed with a call in flight on it")
+	}
+	close(release)
+	if a := <-inFlight; a.err != nil || a.body != "done" {
+		t.Errorf("the call in flight across the move: %q, %v", a.body, a.err)
+	}
+	select {
+	case <-old.CloseChan():
+	case <-time.After(5 * time.Second):
+		t.Errorf("the socket's session was not closed once empty (%d streams)", old.NumStreams())
+	}
 }

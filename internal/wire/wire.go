@@ -241,6 +241,10 @@ type AgentHealth struct {
 	Version string `json:"version"`
 	PID     int    `json:"pid"`
 	Uptime  int64  `json:"uptimeMs"`
+	// Leaving says the agent is moving to a new session (it fell back to
+	// the run dir's socket and reaches the TCP listener again): the daemon
+	// takes the newcomer and lets this session finish what it carries.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // HostInfo is the body of GET /v1/host.

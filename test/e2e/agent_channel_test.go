@@ -536,3 +536,76 @@ func TestAgentChannelAddressList(t *testing.T) {
 		t.Errorf("exec in a box made with the list: %q", got)
 	}
 }
+
+// TestAgentChannelHandover: an agent that fell back to the run dir's
+// socket (its box could not reach the TCP listener) moves back to TCP as
+// soon as it can, and the move cuts nothing: an exec and a terminal that
+// were running on the socket's session go on to their end there while
+// new calls take the TCP session.
+func TestAgentChannelHandover(t *testing.T) {
+	d, port := startTCPDaemon(t)
+	ctx := t.Context()
+	sb := newSandbox(t, d, client.CreateSandboxRequest{Image: testenv.BaseImage(t), Egress: &client.EgressPolicy{Mode: client.EgressNone}})
+	mustOK(t, run(t, d, sb.ID, "true"), "exec on the socket")
+	if p := agentTCPPort(t, d, sb.ID, port); p != 0 {
+		t.Fatalf("a box with egress none holds a TCP connection from port %d", p)
+	}
+
+	// Calls in flight on the socket's session: an exec that waits for a
+	// file only a later call makes, and a terminal.
+	type result struct {
+		res client.ExecResult
+		err error
+	}
+	waiting := make(chan result, 1)
+	go func() {
+		res, err := d.C.Exec(ctx, sb.ID, client.ExecRequest{Command: "touch /tmp/waiting; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo finished"})
+		waiting <- result{res, err}
+	}()
+	term, err := d.C.OpenTerminal(ctx, sb.ID, client.TerminalOptions{Command: "cat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	termOut := bufio.NewReader(term)
+	echo := func(when string) {
+		t.Helper()
+		line := "echo-" + strings.ReplaceAll(when, " ", "-") + "\n"
+		if _, err := io.WriteString(term, line); err != nil {
+			t.Fatalf("terminal %s: %v", when, err)
+		}
+		if got, err := termOut.ReadString('\n'); err != nil || got != line {
+			t.Fatalf("terminal %s: got %q, %v", when, got, err)
+		}
+	}
+	echo("before the move")
+	deadline := time.Now().Add(30 * time.Second)
+	for run(t, d, sb.ID, "test -e /tmp/waiting").ExitCode != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting exec never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	if _, err := d.C.SetEgress(ctx, sb.ID, client.EgressPolicy{Mode: client.EgressOpen}); err != nil {
+		t.Fatal(err)
+	}
+	waitAgentTCP(t, d, sb.ID, port)
+
+	echo("after the move")
+	select {
+	case r := <-waiting:
+		t.Fatalf("the waiting exec ended before it was let go: %+v, %v", r.res, r.err)
+	default:
+	}
+	mustOK(t, run(t, d, sb.ID, "touch /tmp/go"), "let the waiting exec go")
+	select {
+	case r := <-waiting:
+		if r.err != nil || r.res.ExitCode != 0 || r.res.Stdout != "finished\n" {
+			t.Errorf("the exec that ran across the move: %+v, %v", r.res, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the exec that ran across the move never ended")
+	}
+	echo("at the end")
+}
