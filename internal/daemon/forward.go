@@ -154,16 +154,16 @@ func (f Forwarding) Handler(next http.Handler) http.Handler {
 				return // the client went away; nobody is left to answer
 			}
 			if t.pool && r.Method == http.MethodGet {
-				var op *net.OpError
-				if errors.As(err, &op) && op.Op == "dial" {
-					// A read the leader never got: this daemon's view
-					// (the templates are the store's; the pools' status
-					// is what this daemon knows) rather than a failure.
-					log.Warn("the leader did not answer a read of the pools; serving it here", "holder", t.holder, "err", err)
-					f.count(t, "local")
-					t.local.ServeHTTP(w, t.in)
-					return
-				}
+				// A read the leader did not answer, whether it never got
+				// it (a failed dial) or its connection broke (a kept-alive
+				// one it closed as it died): this daemon's view (the
+				// templates are the store's; the pools' status is what
+				// this daemon knows) rather than a failure. A read may be
+				// served twice; only a create must not be made twice.
+				log.Warn("the leader did not answer a read of the pools; serving it here", "holder", t.holder, "err", err)
+				f.count(t, "local")
+				t.local.ServeHTTP(w, t.in)
+				return
 			}
 			if t.create != nil {
 				var op *net.OpError

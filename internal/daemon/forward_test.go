@@ -561,14 +561,45 @@ func TestForwardingPoolsToTheLeader(t *testing.T) {
 		}
 	}
 
+	// The leader's connection breaks before it answers (it took the
+	// call and died): a read is served here all the same, a change is
+	// refused for the client to retry.
+	hangup, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hangup.Close()
+	go func() {
+		for {
+			c, err := hangup.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 4096))
+			c.Close()
+		}
+	}()
+	if err := st.Heartbeat(ctx, "D", "http://"+hangup.Addr().String(), now); err != nil {
+		t.Fatal(err)
+	}
+	if rec := serve("GET", "/v1/templates/py/pool", nil); rec.Code != http.StatusOK || rec.Header().Get("X-Served") != "local" {
+		t.Errorf("read with the leader's connection broken: %d served by %q, want 200 here", rec.Code, rec.Header().Get("X-Served"))
+	}
+	if rec := serve("PUT", "/v1/templates/py/pool", nil); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("change with the leader's connection broken: %d (Retry-After %q), want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if err := st.Heartbeat(ctx, "D", leader.URL, now); err != nil {
+		t.Fatal(err)
+	}
+
 	// The leader cannot be dialled: a read is served here, a change is
 	// refused for the client to retry.
 	leader.Close()
 	if rec := serve("GET", "/v1/templates/py/pool", nil); rec.Code != http.StatusOK || rec.Header().Get("X-Served") != "local" {
 		t.Errorf("read with the leader down: %d served by %q, want 200 here", rec.Code, rec.Header().Get("X-Served"))
 	}
-	if got := counted(t, fwd.Counted, "pool", "local"); got != 1 {
-		t.Errorf("pool reads served here as the leader could not be dialled: counted %v, want 1", got)
+	if got := counted(t, fwd.Counted, "pool", "local"); got != 2 {
+		t.Errorf("pool reads served here as the leader did not answer: counted %v, want 2", got)
 	}
 	if rec := serve("PUT", "/v1/templates/py/pool", nil); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
 		t.Errorf("change with the leader down: %d (Retry-After %q), want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
