@@ -312,6 +312,11 @@ func (c *Controller) Apply(ctx context.Context, id string, wp wire.EgressPolicy)
 	if err != nil {
 		return err
 	}
+	if c.cfg.Node {
+		if err := c.ensureBaseFirst(); err != nil {
+			return fmt.Errorf("apply egress of %s: %w", id, err)
+		}
+	}
 	// On a node a box cannot be detached: mode none is a chain of its own.
 	if p.Mode == wire.EgressNone && !c.cfg.Node {
 		if err := c.drv.Disconnect(ctx, id, c.cfg.Network); err != nil {
@@ -749,6 +754,25 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.verify(ctx)
 		}
 	}
+}
+
+// ensureBaseFirst puts the base jumps back on top when something went
+// above them, before a policy is said to be in force. On a node a CNI
+// inserts its accept of pod traffic at the top of FORWARD whenever it
+// finds its own jump missing (the node's first pod after a boot or a
+// flush of its rules), when the pod's network is set up, just before that
+// pod's policy is applied: verify would find it only at its next round,
+// and the pod's traffic would pass until then. A failure fails the apply:
+// no policy is in force above an accept.
+func (c *Controller) ensureBaseFirst() error {
+	if c.fw.baseOK() {
+		return nil
+	}
+	c.log.Warn("egress base rules missing or not first; restoring them before applying a policy")
+	if _, err := c.fw.ensureBase(); err != nil {
+		return fmt.Errorf("restore the base rules: %w", err)
+	}
+	return nil
 }
 
 // verify restores the base rules and every enforced sandbox's rules if

@@ -520,9 +520,10 @@ func leftovers(t *testing.T, boxes []*box) []string {
 
 // TestNodeRulesHold: the node's rules hold when something puts an accept
 // of pod traffic above them in FORWARD (as a CNI does when its chain is
-// made after them: the check moves hotcell's jump back to the top), and
-// while the controller is down (the rules outlive it); a new controller
-// takes the pods over.
+// made after them: the check moves hotcell's jump back to the top, and
+// an apply does before it says a policy is in force), and while the
+// controller is down (the rules outlive it); a new controller takes the
+// pods over.
 func TestNodeRulesHold(t *testing.T) {
 	in := testk8s.NewInternet(t)
 	up := testk8s.NewUpstream(t, nil)
@@ -559,6 +560,30 @@ func TestNodeRulesHold(t *testing.T) {
 	}
 	if !b.reaches(t, in.Other, 80) {
 		t.Error("the new controller's change to open: the other address is refused")
+	}
+
+	// A CNI's accept that goes above hotcell's jump as a new pod's
+	// network is set up (the node's first pod after a boot): that pod's
+	// policy is in force when the driver is told so, not at the check's
+	// next round (an hour away here).
+	c.stopNode(t)
+	c.ecfg.VerifyInterval = time.Hour
+	c.startNode(t)
+	if err := c.d.SetEgress(t.Context(), b.id, wire.EgressPolicy{Mode: wire.EgressNone}); err != nil {
+		t.Fatalf("set egress through the third controller: %v", err)
+	}
+	podsAccept := []string{"FORWARD", "-s", podRange, "-m", "comment", "--comment", "hotcell test: a CNI accept above hotcell", "-j", "ACCEPT"}
+	testinet.Sh(t, append([]string{"iptables", "-I"}, podsAccept...)...)
+	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-D"}, podsAccept...)...).Run() })
+	late := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{netip.PrefixFrom(in.Allowed, 32).String() + ":80"}})
+	if first := firstRule(t, "FORWARD"); !strings.Contains(first, "HCN-") {
+		t.Errorf("a policy was applied below an accept of pod traffic: FORWARD begins with %q", first)
+	}
+	if late.reaches(t, in.Other, 80) {
+		t.Error("a pod made while an accept of pod traffic was above hotcell's jump: an unlisted address is reachable")
+	}
+	if !late.reaches(t, in.Allowed, 80) {
+		t.Error("a pod made while an accept of pod traffic was above hotcell's jump: the listed address is not reachable")
 	}
 }
 
