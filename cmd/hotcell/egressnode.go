@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,9 +21,9 @@ import (
 
 func (a *app) egressNodeCmd() *cobra.Command {
 	var (
-		kubeconfig, namespace, node, resolver, bridge, podRange, logFormat, rules string
-		upstreams, allowed, allowPrivate                                          []string
-		teardown                                                                  bool
+		kubeconfig, namespace, node, resolver, bridge, podRange, logFormat, rules, metricsAddr string
+		upstreams, allowed, allowPrivate                                                       []string
+		teardown                                                                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "egress-node [flags]",
@@ -37,9 +39,17 @@ The rules outlive it: stopping it leaves the pods confined, and a new one takes
 them over. To uninstall, once the node has no sandbox pod left, --teardown
 removes the node's rule set (give the same --node, --pod-range and --rules)
 and exits. Its credential needs get, list, watch and patch on pods in the
-sandboxes' namespace.`,
+sandboxes' namespace.
+
+With --metrics-listen it serves Prometheus metrics at /metrics there: the
+egress counters of each sandbox on this node (dropped packets and bytes,
+refused and answered DNS queries, logged denials), named and labelled as the
+daemon's for Docker boxes. Bind it to the node's address (the manifest uses
+$(HOST_IP)); sandboxes are refused the node's ports in every mode.`,
 		Example: `  hotcell egress-node --node "$NODE_NAME" --resolver 10.244.0.1 --bridge cni0 \
     --pod-range 10.244.0.0/16 --allow 10.244.0.1:7443
+  hotcell egress-node --node "$NODE_NAME" --resolver 10.244.0.1 --pod-range 10.244.0.0/16 \
+    --metrics-listen "$HOST_IP:9469"
   hotcell egress-node --node "$NODE_NAME" --pod-range 10.244.0.0/16 --teardown`,
 		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -99,6 +109,11 @@ sandboxes' namespace.`,
 				}
 				cfg.Upstreams = append(cfg.Upstreams, ap.String())
 			}
+			if metricsAddr != "" {
+				if _, port, err := net.SplitHostPort(metricsAddr); err != nil || port == "" {
+					return usageError{fmt.Errorf("--metrics-listen %q must be host:port, such as 10.0.0.5:9469", metricsAddr)}
+				}
+			}
 			rc, err := kubernetes.RESTConfig(kubeconfig)
 			if err != nil {
 				return err
@@ -118,6 +133,22 @@ sandboxes' namespace.`,
 				Egress:    cfg,
 				Log:       log,
 			})
+			if metricsAddr != "" {
+				// Listened on before the rules start: a taken address
+				// fails the start, not a scrape later.
+				ln, err := net.Listen("tcp", metricsAddr)
+				if err != nil {
+					return fmt.Errorf("--metrics-listen: %w", err)
+				}
+				srv := &http.Server{Handler: n.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+				go func() {
+					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						log.Error("metrics server stopped", "err", err)
+					}
+				}()
+				defer srv.Close()
+				log.Info("serving metrics", "addr", ln.Addr().String())
+			}
 			if err := n.Run(cmd.Context()); err != nil && !errors.Is(err, context.Canceled) {
 				return fmt.Errorf("egress-node: %w", err)
 			}
@@ -136,6 +167,7 @@ sandboxes' namespace.`,
 	f.StringSliceVar(&allowPrivate, "allow-private", nil, "private IPv4 network sandboxes may reach (egress_allow_private)")
 	f.StringVar(&rules, "rules", "", "name of this node's rule set, which its chains, sets and denial log group are keyed by (default k8s-<node>); only two controllers on one node, such as tests beside a real one, need different ones")
 	f.BoolVar(&teardown, "teardown", false, "remove this node's rule set (chains and sets) and exit, to uninstall once no sandbox pod is left")
+	f.StringVar(&metricsAddr, "metrics-listen", "", "serve Prometheus metrics (this node's sandboxes' egress counters) at http://ADDR/metrics, host:port; empty: none")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
 }

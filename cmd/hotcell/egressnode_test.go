@@ -19,6 +19,7 @@ func TestEgressNodeBadFlags(t *testing.T) {
 		{append(append([]string{}, base...), "--allow", "10.0.0.1"), "--allow"},
 		{append(append([]string{}, base...), "--allow-private", "10.1.0.0"), "--allow-private"},
 		{append(append([]string{}, base...), "--upstream", "dns.example:53"), "--upstream"},
+		{append(append([]string{}, base...), "--metrics-listen", "9469"), "--metrics-listen"},
 		{[]string{"egress-node", "--node", "n1", "--pod-range", "10.244.0.0", "--teardown"}, "--pod-range"},
 	} {
 		res := runCLI(t, nil, tt.args...)

@@ -5,14 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +73,8 @@ func TestDaemonSetEnforces(t *testing.T) {
 	other := greeter(t, c.env.HostIP, "hello from the node")
 
 	rules := "kd-" + randHex(3)
-	objs := renderManifest(t, c.env, image, []string{
+	metricsPort := freePort(t, c.env.HostIP)
+	objs := renderManifest(t, c.env, image, metricsPort, []string{
 		"--resolver=" + resolverA, "--pod-range=" + podRange, "--bridge=" + bridge,
 		"--allow=" + allowed.String(), "--upstream=" + up, "--rules=" + rules,
 	})
@@ -149,6 +153,17 @@ func TestDaemonSetEnforces(t *testing.T) {
 		t.Errorf("allowlist: an unlisted name was answered: %v", got)
 	}
 
+	// The node's metrics: each sandbox's counters under its id, at the
+	// address the manifest names (the node's, $(HOST_IP)).
+	metricsURL := "http://" + net.JoinHostPort(dsPods[0].Status.HostIP, itoa(metricsPort)) + "/metrics"
+	waitMetrics(t, metricsURL, "the refusals counted", func(m map[string]float64) bool {
+		return m[`hotcell_egress_dns_refused_total{sandbox="`+byName.id+`"}`] >= 1 &&
+			m[`hotcell_egress_dropped_packets_total{sandbox="`+byName.id+`"}`] >= 1 &&
+			m[`hotcell_egress_dropped_packets_total{sandbox="`+none.id+`"}`] >= 1 &&
+			m[`hotcell_egress_dns_answered_total{sandbox="`+byName.id+`"}`] >= 1 &&
+			m["hotcell_egress_node_pods"] == 2
+	})
+
 	// The rules are the DaemonSet's rule set's: find its chain by the
 	// sandboxes' jumps.
 	base := ""
@@ -170,6 +185,15 @@ func TestDaemonSetEnforces(t *testing.T) {
 	waitGone(t, "the sandboxes' chains and sets", func() []string {
 		return hotcellObjects(t, "HCE-"+key(none.id), "HCD-"+key(none.id), "HCS-"+key(none.id),
 			"HCE-"+key(byName.id), "HCD-"+key(byName.id), "HCS-"+key(byName.id))
+	})
+	waitMetrics(t, metricsURL, "the destroyed sandboxes' series gone", func(m map[string]float64) bool {
+		for k := range m {
+			if strings.Contains(k, none.id) || strings.Contains(k, byName.id) {
+				return false
+			}
+		}
+		_, ok := m["hotcell_egress_node_pods"]
+		return ok && m["hotcell_egress_node_pods"] == 0
 	})
 
 	// The node's chain outlives the DaemonSet (a node's pods stay
@@ -198,7 +222,7 @@ func TestDaemonSetEnforces(t *testing.T) {
 // "kubernetes" service's address, which in-cluster clients dial, leads
 // nowhere on this host, so it is never let be dialled). It fails the test
 // if the manifest holds an image other than the DaemonSet's one.
-func renderManifest(t *testing.T, env *testk8s.Env, image string, args []string) []byte {
+func renderManifest(t *testing.T, env *testk8s.Env, image string, metricsPort int, args []string) []byte {
 	t.Helper()
 	root, err := testenv.ModuleRoot()
 	if err != nil {
@@ -256,11 +280,25 @@ func renderManifest(t *testing.T, env *testk8s.Env, image string, args []string)
 		}
 		ct.Image, ct.ImagePullPolicy = image, corev1.PullNever
 		var keep []string
+		metrics := false
 		for _, a := range ct.Args {
 			if strings.HasPrefix(a, "--namespace=") || strings.HasPrefix(a, "--log-format=") {
 				keep = append(keep, a)
 			}
+			// The manifest's metrics address, on a port free here.
+			if host, ok := strings.CutPrefix(a, "--metrics-listen="); ok {
+				host, _, err := net.SplitHostPort(host)
+				if err != nil || host != "$(HOST_IP)" {
+					t.Fatalf("the DaemonSet's %s: want --metrics-listen=$(HOST_IP):PORT", a)
+				}
+				keep = append(keep, "--metrics-listen="+net.JoinHostPort(host, itoa(metricsPort)))
+				metrics = true
+			}
 		}
+		if !metrics || len(ct.Ports) != 1 || ct.Ports[0].Name != "metrics" {
+			t.Fatal("the DaemonSet is to serve metrics (--metrics-listen, port \"metrics\")")
+		}
+		ct.Ports[0].ContainerPort = int32(metricsPort)
 		ct.Args = append(keep, args...)
 		ct.Env = append(ct.Env,
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: api.Hostname()},
@@ -393,4 +431,75 @@ func waitGone(t *testing.T, what string, list func() []string) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// freePort is a TCP port nothing listens on at host now.
+func freePort(t *testing.T, host string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// waitMetrics scrapes url until ok holds of its samples (series with
+// their labels as written → value), for up to 30 s.
+func waitMetrics(t *testing.T, url, what string, ok func(map[string]float64) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last map[string]float64
+	var lastErr error
+	for {
+		last, lastErr = scrape(url)
+		if lastErr == nil && ok(last) {
+			return
+		}
+		if time.Now().After(deadline) {
+			var egress []string
+			for k, v := range last {
+				if strings.HasPrefix(k, "hotcell_egress") {
+					egress = append(egress, k+" "+strconv.FormatFloat(v, 'g', -1, 64))
+				}
+			}
+			slices.Sort(egress)
+			t.Errorf("%s: not after 30 s of scraping %s (%v): hotcell_egress series:\n%s", what, url, lastErr, strings.Join(egress, "\n"))
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// scrape reads a Prometheus text exposition's samples.
+func scrape(url string) (map[string]float64, error) {
+	cl := &http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, l := range strings.Split(string(body), "\n") {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			return nil, fmt.Errorf("not a sample: %q", l)
+		}
+		v, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("sample %q: %w", l, err)
+		}
+		out[l[:i]] = v
+	}
+	return out, nil
 }

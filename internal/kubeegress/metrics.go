@@ -1,0 +1,43 @@
+package kubeegress
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// MetricsHandler serves the node's metrics in the Prometheus text format
+// (hotcell egress-node --metrics-listen): the egress counters of each
+// sandbox whose pod is on this node, under the names and labels the
+// daemon uses for its Docker boxes (hotcell_egress_*_total{sandbox}),
+// how many pods have their rules in force, and the process's own.
+//
+// Each node reports its own pods only, so a sum over the DaemonSet's pods
+// counts each sandbox once; a pod's counters start from zero with it (a
+// stopped and started sandbox is a new pod), which Prometheus's rate()
+// takes as a counter reset.
+func (n *Node) MetricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		n.ctl.Collector(),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hotcell_egress_node_pods",
+			Help: "Hotcell pods on this node whose egress policy is in force.",
+		}, func() float64 {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			return float64(len(n.known))
+		}),
+	)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		// A chain that cannot be read must not fail the whole scrape.
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 2,
+	}))
+	return mux
+}
