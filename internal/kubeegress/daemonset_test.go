@@ -163,6 +163,12 @@ func TestDaemonSetEnforces(t *testing.T) {
 			m[`hotcell_egress_dns_answered_total{sandbox="`+byName.id+`"}`] >= 1 &&
 			m["hotcell_egress_node_pods"] == 2
 	})
+	// Not to the sandboxes: they are refused the node's ports.
+	if out, code := byName.sh(t, "wget -q -T 3 -O- "+metricsURL); code == 0 || strings.Contains(out, "hotcell_egress") {
+		t.Errorf("a sandbox read the node's metrics (exit %d): %.200s", code, out)
+	} else if code == 127 || strings.Contains(out, "not found") {
+		t.Fatalf("the sandbox has no wget to try the node's metrics with: %s", out)
+	}
 
 	// The rules are the DaemonSet's rule set's: find its chain by the
 	// sandboxes' jumps.
