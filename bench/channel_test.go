@@ -85,3 +85,78 @@ func BenchmarkExecChannel(b *testing.B) {
 	b.ReportMetric(float64(t.P50)/1e6, "tcp-p50-ms")
 	b.ReportMetric(ratio, "tcp/unix-x")
 }
+
+// BenchmarkCreateReadyChannel is create-to-ready (SDK CreateSandbox of the
+// busybox image until it returns: the agent answers) with the agent on
+// the TCP+TLS channel against the same on its run dir's unix socket, two
+// daemons in the same run, samples taken in turn, each sandbox removed
+// untimed before the next. A box starts without a network and gets its
+// veth and its rules just after: the TCP agent's first dial used to meet
+// the network chain's drop of an address without rules and connect only
+// when its SYN went again a second later, which this measures. After each
+// TCP create it also notes whether the agent held a TCP session at once
+// (else it came by the socket and moves to TCP within seconds).
+// Target: p50(tcp) / p50(unix) <= 1.2.
+func BenchmarkCreateReadyChannel(b *testing.B) {
+	requireDockerCLI(b)
+	unix := startDaemon(b)
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	tcp := testdaemon.StartWith(b, testdaemon.Options{Args: []string{"--agent-channel", "tcp", "--agent-listen", ":" + strconv.Itoa(port)}})
+	b.Cleanup(tcp.Close)
+	ctx := b.Context()
+
+	onTCP := 0
+	once := func(d *testdaemon.Daemon, check bool) time.Duration {
+		t0 := time.Now()
+		sb, err := d.C.CreateSandbox(ctx, hotcell.CreateSandboxRequest{Image: d.Image, Labels: map[string]string{"bench": "create-channel"}})
+		el := time.Since(t0)
+		if err != nil {
+			b.Fatalf("create sandbox: %v\n%s", err, d.Logs())
+		}
+		if check {
+			res, err := d.C.Exec(ctx, sb.ID, hotcell.ExecRequest{Command: "cat /proc/net/tcp"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if strings.Contains(res.Stdout, fmt.Sprintf(":%04X 01", port)) {
+				onTCP++
+			}
+		}
+		deleteSandbox(b, d, sb.ID)
+		waitRemoved(b, d, sb.ID, time.Now())
+		return el
+	}
+	// One untimed round: a daemon's first create sets up what later ones reuse.
+	once(unix, false)
+	once(tcp, false)
+
+	var us, ts []time.Duration
+	b.ResetTimer()
+	for i := range createSamples {
+		if i%2 == 0 {
+			us = append(us, once(unix, false))
+			ts = append(ts, once(tcp, true))
+		} else {
+			ts = append(ts, once(tcp, true))
+			us = append(us, once(unix, false))
+		}
+	}
+	b.StopTimer()
+
+	u, t := Summarize(us), Summarize(ts)
+	ratio := Ratio(t.P50, u.P50)
+	tb := Table{Title: "create to ready by agent channel (ms)", Head: []string{"channel", "n", "p50", "p95", "min", "max", "p50 vs unix"}}
+	tb.Row("unix socket (run dir)", itoa(u.N), Ms(u.P50), Ms(u.P95), Ms(u.Min), Ms(u.Max), fx(1))
+	tb.Row("TCP + TLS 1.3 (agent_channel = tcp)", itoa(t.N), Ms(t.P50), Ms(t.P95), Ms(t.Min), Ms(t.Max), fx(ratio))
+	tb.Note("TCP creates whose agent held a TCP session at once: %d of %d (the others came by the socket)", onTCP, t.N)
+	tb.Note("ratio p50(tcp)/p50(unix) = %.2fx (target <= 1.2x): %s", ratio, verdict(ratio <= 1.2))
+	report(b, tb)
+	b.ReportMetric(float64(u.P50)/1e6, "unix-p50-ms")
+	b.ReportMetric(float64(t.P50)/1e6, "tcp-p50-ms")
+	b.ReportMetric(ratio, "tcp/unix-x")
+}

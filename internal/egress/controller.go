@@ -246,6 +246,8 @@ func (cfg Config) firewall(ipt iptablesAPI, gw netip.Addr, ports []int) *firewal
 	f.node = cfg.Node
 	if cfg.Node {
 		f.forward = "FORWARD"
+	} else {
+		f.agentPort = cfg.AgentPort
 	}
 	if cfg.ForwardChain != "" {
 		f.forward = cfg.ForwardChain

@@ -27,6 +27,8 @@ import (
 //	  -s <subnet> -j HCN-<net>          one jump each, inserted first
 //	HCN-<net>:                          one per egress network
 //	  -s <sandbox ip>/32 -g HCE-<sb>-<gen>   per sandbox, newest first
+//	  -d <gateway> --dport <agent port> -j ACCEPT   the TCP agent channel
+//	                                    (agentAccept), when there is one
 //	  -j DROP                           an address of no known sandbox
 //	HCE-<sb>-<gen>:                     the sandbox's policy
 //	  established/related → RETURN; gateway DNS and LLM-gateway ports → ACCEPT;
@@ -154,6 +156,10 @@ type firewall struct {
 	// gatewayPorts are the TCP ports on the gateway a sandbox may reach
 	// besides DNS (the LLM gateway).
 	gatewayPorts []int
+	// agentPort is the TCP agent channel's port on the gateway (0: none),
+	// which the network's chain accepts from any of its addresses
+	// (agentAccept).
+	agentPort int
 	// logGroup is the nfnetlink_log group the NFLOG rules in front of a
 	// sandbox's drops send to; 0 puts no NFLOG rules in.
 	logGroup uint16
@@ -406,6 +412,76 @@ func (f *firewall) jumpFirst(c string) (bool, error) {
 
 var baseDrop = []string{"-m", "comment", "--comment", commentPrefix + "unknown sandbox address", "-j", "DROP"}
 
+// agentComment marks the network chain's accept of the agent channel.
+const agentComment = commentPrefix + "agent channel, before a box has rules"
+
+var dportRule = regexp.MustCompile(`--dport (\d+)`)
+
+// agentAccept is the network chain's rule, just above its final drop, that
+// lets an address of no known sandbox reach the TCP agent channel's port
+// on the gateway. A Docker box starts with no network and gets its veth,
+// then its rules, just after: an agent dialing in between met the drop and
+// connected only when its SYN was sent again, a second later. The port is
+// every sandbox's already (its chain accepts it) and answers only a TLS
+// handshake and a credential of one sandbox's; a box with rules goes to
+// its chain (-g) and never reaches this rule.
+func (f *firewall) agentAccept(port int) []string {
+	return []string{"-d", netip.PrefixFrom(f.gateway, 32).String(), "-p", "tcp", "-m", "tcp", "--dport", strconv.Itoa(port),
+		"-m", "comment", "--comment", agentComment, "-j", "ACCEPT"}
+}
+
+// ensureAgentAccept puts agentAccept in the network's chain above its
+// final drop (or last, before the drop is added), and removes those of
+// other ports (an earlier start's agent_listen). Called with f.mu held.
+func (f *firewall) ensureAgentAccept() (changed bool, err error) {
+	lines, err := f.ipt.List(table, f.base)
+	if err != nil {
+		return false, fmt.Errorf("list chain %s: %w", f.base, err)
+	}
+	have, rule, drop := false, 0, 0
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "-A ") {
+			continue
+		}
+		rule++
+		if strings.HasSuffix(l, "-j DROP") && strings.Contains(l, baseDrop[3]) && drop == 0 {
+			drop = rule
+		}
+		if !strings.Contains(l, agentComment) {
+			continue
+		}
+		m := dportRule.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		port, _ := strconv.Atoi(m[1])
+		if port == f.agentPort && f.agentPort > 0 {
+			have = true
+			continue
+		}
+		if err := f.ipt.DeleteIfExists(table, f.base, f.agentAccept(port)...); err != nil {
+			return changed, fmt.Errorf("remove the agent channel's old port %d from %s: %w", port, f.base, err)
+		}
+		changed = true
+		if drop > 0 {
+			drop--
+		}
+		rule--
+	}
+	if have || f.agentPort == 0 {
+		return changed, nil
+	}
+	if drop > 0 {
+		err = f.ipt.Insert(table, f.base, drop, f.agentAccept(f.agentPort)...)
+	} else {
+		err = f.ipt.Append(table, f.base, f.agentAccept(f.agentPort)...)
+	}
+	if err != nil {
+		return changed, fmt.Errorf("add the agent channel's accept to %s: %w", f.base, err)
+	}
+	return true, nil
+}
+
 // ensureBase makes the network's chain and the jumps to it; it is
 // idempotent and reports whether it had to change anything.
 func (f *firewall) ensureBase() (changed bool, err error) {
@@ -423,6 +499,11 @@ func (f *firewall) ensureBase() (changed bool, err error) {
 		if err := f.ipt.NewChain(table, f.base); err != nil {
 			return false, fmt.Errorf("create chain %s: %w", f.base, err)
 		}
+		changed = true
+	}
+	if ch, err := f.ensureAgentAccept(); err != nil {
+		return changed, err
+	} else if ch {
 		changed = true
 	}
 	if ok, err := f.ipt.Exists(table, f.base, baseDrop...); err != nil {
@@ -1125,6 +1206,11 @@ func (f *firewall) baseOK() bool {
 			if first, err := f.jumpFirst(c); err != nil || !first {
 				return false
 			}
+		}
+	}
+	if f.agentPort > 0 {
+		if ok, err := f.ipt.Exists(table, f.base, f.agentAccept(f.agentPort)...); err != nil || !ok {
+			return false
 		}
 	}
 	ok, err := f.ipt.Exists(table, f.base, baseDrop...)

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -538,6 +539,78 @@ func TestFirewallRules(t *testing.T) {
 		checkInvariants(t, c, ipt)
 		golden(t, "firewall-prune.golden", ipt.dump())
 	})
+}
+
+// TestFirewallAgentAccept: with a TCP agent channel the network's chain
+// accepts its port on the gateway just above the final drop (so a box's
+// agent connects before the box has rules), below every sandbox's jump;
+// a start on another port replaces it, verify's check misses it when it
+// is gone, and a chain made by a daemon without the channel loses it.
+func TestFirewallAgentAccept(t *testing.T) {
+	t.Parallel()
+	c, ipt := testController(t, 0)
+	gw := c.gateway
+	mustApply(t, c, idA, wire.EgressPolicy{Mode: wire.EgressOpen})
+	base := func() []string {
+		ipt.mu.Lock()
+		defer ipt.mu.Unlock()
+		return slices.Clone(ipt.chains[c.fw.base])
+	}
+	accepts := func() (ports []string, at []int) {
+		for i, r := range base() {
+			if strings.Contains(r, agentComment) {
+				ports = append(ports, dportRule.FindStringSubmatch(r)[1])
+				at = append(at, i)
+			}
+		}
+		return ports, at
+	}
+	if p, _ := accepts(); p != nil {
+		t.Fatalf("without an agent port: accepts of ports %v", p)
+	}
+
+	restart := func(port int) {
+		t.Helper()
+		f := newFirewall(ipt, fakeSets{ipt}, "hc-test", testSubnet, gw, []int{8089, port}, nil)
+		f.agentPort = port
+		if _, err := f.ensureBase(); err != nil {
+			t.Fatal(err)
+		}
+		c.fw = f
+	}
+	for _, port := range []int{7443, 7444} {
+		restart(port)
+		ports, at := accepts()
+		rules := base()
+		if !slices.Equal(ports, []string{strconv.Itoa(port)}) || at[0] != len(rules)-2 {
+			t.Fatalf("port %d: accepts of ports %v at %v in %q, want one of %d just above the drop", port, ports, at, rules, port)
+		}
+		if !strings.HasPrefix(rules[0], "-s 10.214.5.2/32 -g ") {
+			t.Errorf("port %d: the sandbox's jump is not first: %q", port, rules)
+		}
+		if want := "-d " + gw.String() + "/32 -p tcp -m tcp --dport " + strconv.Itoa(port); !strings.HasPrefix(rules[at[0]], want) {
+			t.Errorf("port %d: the accept is %q, want it to begin %q", port, rules[at[0]], want)
+		}
+		checkInvariants(t, c, ipt)
+	}
+	if !c.fw.baseOK() {
+		t.Fatal("baseOK is false with every base rule in place")
+	}
+	if err := ipt.DeleteIfExists(table, c.fw.base, c.fw.agentAccept(7444)...); err != nil {
+		t.Fatal(err)
+	}
+	if c.fw.baseOK() {
+		t.Error("baseOK misses the agent channel's accept")
+	}
+	restart(7444)
+	if p, _ := accepts(); !slices.Equal(p, []string{"7444"}) {
+		t.Errorf("after a restore: accepts of ports %v, want 7444", p)
+	}
+	restart(0)
+	if p, _ := accepts(); p != nil {
+		t.Errorf("a daemon without the channel left accepts of ports %v", p)
+	}
+	checkInvariants(t, c, ipt)
 }
 
 // TestFirewallFailureKeepsOldRules: a change that fails half way leaves the
