@@ -141,9 +141,21 @@ func TestAgentMovesToALiveDaemon(t *testing.T) {
 // agent passes over Y), Y takes a route for it (AdoptRoute, as when the
 // agent redials Y), X stops it. Y, not the leader, closes its route on its
 // own, so X's start gets its agent: it dials Y first, is refused, and
+// comes to X. With Y's look at its routes an hour apart, X's start right
+// after the stop meets Y's route still kept: Y refuses the agent of a
+// sandbox another live daemon is starting (startedElsewhere), and it
 // comes to X.
 func TestStartAfterRoutesKept(t *testing.T) {
 	t.Parallel()
+	for _, kept := range []bool{false, true} {
+		t.Run(map[bool]string{false: "route closed", true: "route kept"}[kept], func(t *testing.T) {
+			t.Parallel()
+			startAfterRoutesKept(t, kept)
+		})
+	}
+}
+
+func startAfterRoutesKept(t *testing.T, kept bool) {
 	url := testenv.RequirePostgres(t)
 	mat, err := agentauth.LoadOrCreate(filepath.Join(t.TempDir(), "agent-channel"))
 	if err != nil {
@@ -161,7 +173,7 @@ func TestStartAfterRoutesKept(t *testing.T) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	drv := fakedriver.New(t)
-	start := func(name string, ln net.Listener) (*Manager, *store.Store) {
+	start := func(name string, ln net.Listener, life LifecycleOptions) (*Manager, *store.Store) {
 		dir, err := os.MkdirTemp("/tmp", "hcad")
 		if err != nil {
 			t.Fatal(err)
@@ -172,9 +184,13 @@ func TestStartAfterRoutesKept(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
+		// Registered and alive for the test's length (storePeers' bound).
+		if err := st.Heartbeat(t.Context(), name, "http://"+ln.Addr().String(), time.Now()); err != nil {
+			t.Fatal(err)
+		}
 		ch := agentconn.NewChannel(ln, mat, addrs, log)
 		m := New(drv, st, Options{DataDir: dir, AgentBinary: "/bin/true", ReadyTimeout: 10 * time.Second,
-			Log: log, AgentChannel: ch, Lifecycle: setLifecycle, Peers: storePeers{st, name, time.Minute},
+			Log: log, AgentChannel: ch, Lifecycle: life, Peers: storePeers{st, name, time.Minute},
 			Locks:   &leader.Locks{Store: st, Holder: name, TTL: time.Second, Log: log},
 			Elector: &leader.StoreLease{Store: st, Name: "sandbox-loops", Holder: name, TTL: 600 * time.Millisecond, Log: log}})
 		ch.OnUnknown = m.AdoptRoute
@@ -200,12 +216,16 @@ func TestStartAfterRoutesKept(t *testing.T) {
 		}()
 		return m, st
 	}
-	x, st := start("daemon-x", lns[1])
+	yLife := setLifecycle
+	if kept {
+		yLife.ReapInterval = time.Hour
+	}
+	x, st := start("daemon-x", lns[1], setLifecycle)
 	waitFor(t, "X to lead", func() bool {
 		h, until, err := st.LeaseHolder(t.Context(), "sandbox-loops")
 		return err == nil && h == "daemon-x" && until.After(time.Now())
 	})
-	y, _ := start("daemon-y", lns[0])
+	y, _ := start("daemon-y", lns[0], yLife)
 	ctx := t.Context()
 
 	sb, err := x.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
@@ -224,7 +244,13 @@ func TestStartAfterRoutesKept(t *testing.T) {
 		y.mu.Unlock()
 		return ok
 	}
-	waitFor(t, "Y to close its route of the stopped sandbox", func() bool { return !yRoute() })
+	if kept {
+		if !yRoute() {
+			t.Fatal("Y closed its route of the stopped sandbox with its look an hour away")
+		}
+	} else {
+		waitFor(t, "Y to close its route of the stopped sandbox", func() bool { return !yRoute() })
+	}
 	if _, err := x.Start(ctx, sb.ID); err != nil {
 		t.Fatalf("start on X after the stop: %v", err)
 	}

@@ -297,6 +297,9 @@ func (m *Manager) onConnect(id string) agentconn.ConnectHook {
 	env := m.sendEnv(id)
 	reg := m.opts.Sessions
 	return func(ctx context.Context, rt http.RoundTripper) error {
+		if err := m.startedElsewhere(ctx, id); err != nil {
+			return err
+		}
 		if err := env(ctx, rt); err != nil {
 			return err
 		}

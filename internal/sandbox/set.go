@@ -201,6 +201,32 @@ func (m *Manager) putStarting(ctx context.Context, id string) error {
 	return nil
 }
 
+// startedElsewhere refuses, on a set, the session of an agent whose
+// sandbox another live daemon is creating or starting (its record not yet
+// running, that daemon recorded as its starter): that daemon waits for the
+// agent, and one that came here instead, to a route this daemon kept or
+// took for the sandbox before it stopped, was lost to it until its ready
+// timeout. Refused, the agent dials the next daemon of its list. A store
+// that does not answer refuses nothing.
+func (m *Manager) startedElsewhere(ctx context.Context, id string) error {
+	p, cs, ok := m.set()
+	if !ok {
+		return nil
+	}
+	sb, err := m.store.Get(ctx, id)
+	if err != nil || sb.State != wire.StateCreating && sb.State != wire.StateStopped {
+		return nil
+	}
+	starter, err := cs.Creator(ctx, id)
+	if err != nil || starter == "" || starter == p.Self() {
+		return nil
+	}
+	if alive, err := p.Alive(ctx, starter); err != nil || !alive {
+		return nil
+	}
+	return fmt.Errorf("sandbox %s is being started by daemon %s, which waits for its agent: %w", id, starter, errdefs.ErrConflict)
+}
+
 // startCheck is what one reconcile pass knows of the starts on a set: the
 // daemon recorded as starting (or creating) each sandbox, read once, and
 // which of them are alive, asked once each.
