@@ -14,6 +14,21 @@ import (
 
 const channelSamples = 300
 
+// startTCPDaemon starts a daemon whose agents dial it over TCP with TLS
+// (agent_channel = "tcp") on a free port, which it returns.
+func startTCPDaemon(b *testing.B) (*testdaemon.Daemon, int) {
+	b.Helper()
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	tcp := testdaemon.StartWith(b, testdaemon.Options{Args: []string{"--agent-channel", "tcp", "--agent-listen", ":" + strconv.Itoa(port)}})
+	b.Cleanup(tcp.Close)
+	return tcp, port
+}
+
 // BenchmarkExecChannel is the round trip of an exec of /bin/true through
 // the public API with the agent on its run dir's unix socket (the
 // baseline) and on the TCP+TLS channel that agents on other hosts use
@@ -23,14 +38,7 @@ const channelSamples = 300
 func BenchmarkExecChannel(b *testing.B) {
 	requireDockerCLI(b)
 	unix := startDaemon(b)
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	tcp := testdaemon.StartWith(b, testdaemon.Options{Args: []string{"--agent-channel", "tcp", "--agent-listen", ":" + strconv.Itoa(port)}})
-	b.Cleanup(tcp.Close)
+	tcp, port := startTCPDaemon(b)
 	sbU, sbT := newSandbox(b, unix), newSandbox(b, tcp)
 	ctx := b.Context()
 
@@ -100,14 +108,7 @@ func BenchmarkExecChannel(b *testing.B) {
 func BenchmarkCreateReadyChannel(b *testing.B) {
 	requireDockerCLI(b)
 	unix := startDaemon(b)
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	tcp := testdaemon.StartWith(b, testdaemon.Options{Args: []string{"--agent-channel", "tcp", "--agent-listen", ":" + strconv.Itoa(port)}})
-	b.Cleanup(tcp.Close)
+	tcp, port := startTCPDaemon(b)
 	ctx := b.Context()
 
 	onTCP := 0

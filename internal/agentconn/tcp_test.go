@@ -71,6 +71,14 @@ func routed(t *testing.T, ch *Channel, id string) *Conn {
 // answering pid on the session. It returns the agent's connection.
 func dialAgent(t *testing.T, d driver.AgentDial, pid int) net.Conn {
 	t.Helper()
+	nc := dialTLS(t, d)
+	agentconntest.Serve(t, nc, agentconntest.Healthy(wire.AgentHealth{Version: "test", PID: pid}, http.NotFoundHandler()))
+	return nc
+}
+
+// dialTLS dials ch as the agent does with d.
+func dialTLS(t *testing.T, d driver.AgentDial) net.Conn {
+	t.Helper()
 	dial, err := agent.TLSDialer(d)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +87,6 @@ func dialAgent(t *testing.T, d driver.AgentDial, pid int) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentconntest.Serve(t, nc, agentconntest.Healthy(wire.AgentHealth{Version: "test", PID: pid}, http.NotFoundHandler()))
 	return nc
 }
 
@@ -180,14 +187,7 @@ func TestChannelKeepsLiveSession(t *testing.T) {
 // release is closed. It returns the agent's session.
 func leavingAgent(t *testing.T, d driver.AgentDial, pid int, leaving *atomic.Bool, release <-chan struct{}) *yamux.Session {
 	t.Helper()
-	dial, err := agent.TLSDialer(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := dial(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := dialTLS(t, d)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(wire.AgentHealth{Version: "test", PID: pid, Leaving: leaving.Load()})
