@@ -67,12 +67,14 @@ func newSession(ctx context.Context, h http.Handler) *session {
 	return s
 }
 
-// leave says whether the session is being left. While it is, each stream
-// ends after the answer it carries (no keep-alive), so the daemon's calls
-// move to the new session as they come and this one empties.
+// leave says whether the session is being left. Nothing else changes
+// here: the session serves what comes on it until the daemon, which moves
+// its new calls to the new session and closes its idle streams on this
+// one, closes it once it is empty. (Ending streams from this side, as
+// turning keep-alives off does, raced with the daemon sending its next
+// call on a stream it had kept idle: that call failed with EOF.)
 func (s *session) leave(yes bool) {
 	s.leaving.Store(yes)
-	s.srv.SetKeepAlivesEnabled(!yes)
 }
 
 func (s *session) serve(conn net.Conn) error {

@@ -377,9 +377,11 @@ func (c *Conn) current() (holds bool, leaving *yamux.Session) {
 // drain closes sess, a session its agent left for the one that replaced
 // it, once the daemon has no stream open on it: the calls it carried (an
 // exec, a terminal, a port tunnel) finish there while new ones take the
-// new session (the agent ends each of its streams after its answer, so
-// none is reused). One session drains at a time: another's drain closes
-// it, which bounds what an agent that keeps leaving can hold.
+// new session. The streams a finished call leaves idle in the transport's
+// pool are closed every drainIdle, so that none is taken for a new call
+// and the session empties; the transport never hands out a stream it is
+// closing, so no call is cut. One session drains at a time: another's
+// drain closes it, which bounds what an agent that keeps leaving can hold.
 func (c *Conn) drain(sess *yamux.Session) {
 	c.mu.Lock()
 	prev := c.draining
@@ -399,10 +401,15 @@ func (c *Conn) drain(sess *yamux.Session) {
 		defer c.adopts.Done()
 		t := time.NewTicker(drainPoll)
 		defer t.Stop()
+		lastIdle := time.Now()
 	wait:
 		for sess.NumStreams() > 0 {
 			select {
-			case <-t.C:
+			case now := <-t.C:
+				if now.Sub(lastIdle) >= drainIdle {
+					c.transport.CloseIdleConnections()
+					lastIdle = now
+				}
 			case <-sess.CloseChan():
 				break wait
 			case <-c.adopting.Done():
@@ -418,8 +425,13 @@ func (c *Conn) drain(sess *yamux.Session) {
 	}()
 }
 
-// drainPoll is how often a draining session's streams are counted.
-const drainPoll = 100 * time.Millisecond
+// drainPoll is how often a draining session's streams are counted, and
+// drainIdle how often the idle streams are closed meanwhile (the new
+// session's too: a yamux stream costs a frame to open again).
+const (
+	drainPoll = 100 * time.Millisecond
+	drainIdle = time.Second
+)
 
 // runHook runs hook with a transport on sess.
 func runHook(ctx context.Context, sess *yamux.Session, hook ConnectHook) error {
