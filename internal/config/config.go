@@ -94,6 +94,11 @@ type Config struct {
 	// NetworkPolicy per sandbox as well (docs/kubernetes.md, "Egress").
 	KubeEgressResolver  string
 	KubeNetworkPolicies bool
+	// KubeGatewayAdvertise is the address:port pods get as their LLM
+	// gateway's (their base URL's host), such as a Service's cluster IP in
+	// front of every daemon's gateway; empty: this daemon's own
+	// (KubeGateway).
+	KubeGatewayAdvertise string
 	// ExecTimeout is the default timeout of an exec that asks for none.
 	ExecTimeout time.Duration
 	// SetupTimeout bounds each setup command at create.
@@ -252,6 +257,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.KubeEgressResolver }},
 	{"kubernetes_network_policies", kindBool, "make a NetworkPolicy per sandbox that expresses its egress mode, for clusters whose CNI enforces them, with driver kubernetes",
 		func(c *Config) any { return &c.KubeNetworkPolicies }},
+	{"kubernetes_gateway_advertise", kindString, "IPv4 address:port pods reach the LLM gateway at (their base URL's host), with driver kubernetes: a Service's cluster IP and port in front of every daemon's gateway, so that a sandbox's calls do not depend on the daemon that made it (default: this daemon's, agent_advertise's host at egress_gateway_port)",
+		func(c *Config) any { return &c.KubeGatewayAdvertise }},
 	{"exec_timeout", kindDuration, "default timeout of an exec",
 		func(c *Config) any { return &c.ExecTimeout }},
 	{"setup_timeout", kindDuration, "timeout of each setup command at create",
@@ -908,6 +915,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("kubernetes_namespace", c.KubeNamespace),
 		slog.String("kubernetes_egress_resolver", c.KubeEgressResolver),
 		slog.Bool("kubernetes_network_policies", c.KubeNetworkPolicies),
+		slog.String("kubernetes_gateway_advertise", c.KubeGatewayAdvertise),
 		slog.String("agent_channel", c.AgentChannel),
 		slog.String("agent_advertise", c.AgentAdvertise),
 		slog.String("advertise_url", c.AdvertiseURL),

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +85,17 @@ func (c *Config) validateDriver(bad func(key string, value any, format string, a
 			return bad("kubernetes_egress_resolver", c.KubeEgressResolver, "must be the IPv4 address every node's hotcell egress-node answers DNS on, such as 10.244.0.1 on the test cluster")
 		}
 	}
+	if c.KubeGatewayAdvertise != "" {
+		if !c.Kubernetes() {
+			return bad("kubernetes_gateway_advertise", c.KubeGatewayAdvertise, "is for driver kubernetes: on Docker sandboxes reach their own daemon's gateway")
+		}
+		// An address, not a name: it goes into NetworkPolicies, and a pod
+		// whose DNS is egress-node's resolver could not look a name up.
+		ap, err := netip.ParseAddrPort(c.KubeGatewayAdvertise)
+		if err != nil || !ap.Addr().Is4() || ap.Addr().IsUnspecified() || ap.Addr().IsLoopback() || ap.Port() == 0 {
+			return bad("kubernetes_gateway_advertise", c.KubeGatewayAdvertise, "must be the IPv4 address:port pods reach every daemon's gateway at, such as a Service's cluster IP and port (10.96.0.50:8090)")
+		}
+	}
 	if !c.Kubernetes() {
 		return nil
 	}
@@ -131,7 +143,8 @@ func (c *Config) validateDriver(bad func(key string, value any, format string, a
 // (the agent channel), so the gateway asks no address of its own. With
 // several addresses (a set's daemons) it is the one of agent_listen's host,
 // this daemon's own, so that each daemon's pods call its gateway; else the
-// first.
+// first. kubernetes_gateway_advertise, when set, is the advertised one
+// instead (a Service in front of every daemon's gateway).
 func (c Config) KubeGateway() (listen, advertise string) {
 	port := strconv.Itoa(c.Egress().GatewayPort)
 	lhost, _, _ := net.SplitHostPort(c.AgentListen) // checked at load
@@ -143,5 +156,29 @@ func (c Config) KubeGateway() (listen, advertise string) {
 			break
 		}
 	}
+	if c.KubeGatewayAdvertise != "" {
+		return net.JoinHostPort(lhost, port), c.KubeGatewayAdvertise
+	}
 	return net.JoinHostPort(lhost, port), net.JoinHostPort(ahost, port)
+}
+
+// KubeGatewayEnds are the host:ports a pod's calls to the gateway may go
+// to, for its NetworkPolicy: the advertised address and, behind a
+// kubernetes_gateway_advertise Service, every daemon's gateway
+// (agent_advertise's hosts at egress_gateway_port), the destinations a
+// CNI sees once the Service's address is translated.
+func (c Config) KubeGatewayEnds() []string {
+	_, adv := c.KubeGateway()
+	ends := []string{adv}
+	if c.KubeGatewayAdvertise == "" {
+		return ends
+	}
+	port := strconv.Itoa(c.Egress().GatewayPort)
+	for _, a := range c.AgentAdvertiseAddrs() {
+		h, _, _ := net.SplitHostPort(a)
+		if e := net.JoinHostPort(h, port); !slices.Contains(ends, e) {
+			ends = append(ends, e)
+		}
+	}
+	return ends
 }

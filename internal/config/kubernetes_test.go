@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -68,10 +69,13 @@ func TestKubernetesGateway(t *testing.T) {
 		name                      string
 		args                      []string
 		wantListen, wantAdvertise string
+		wantEnds                  []string
 	}{
-		{"listen is advertised", []string{"--agent-listen", "10.244.0.1:8091"}, "10.244.0.1:8090", "10.244.0.1:8090"},
-		{"a set's list: this daemon's own", []string{"--agent-listen", "10.244.0.2:8091", "--agent-advertise", "10.244.0.1:8091,10.244.0.2:8091"}, "10.244.0.2:8090", "10.244.0.2:8090"},
-		{"every address, advertise a name", []string{"--agent-listen", ":8091", "--agent-advertise", "hotcell.example:7443", "--egress-gateway-port", "7444"}, ":7444", "hotcell.example:7444"},
+		{"listen is advertised", []string{"--agent-listen", "10.244.0.1:8091"}, "10.244.0.1:8090", "10.244.0.1:8090", []string{"10.244.0.1:8090"}},
+		{"a set's list: this daemon's own", []string{"--agent-listen", "10.244.0.2:8091", "--agent-advertise", "10.244.0.1:8091,10.244.0.2:8091"}, "10.244.0.2:8090", "10.244.0.2:8090", []string{"10.244.0.2:8090"}},
+		{"every address, advertise a name", []string{"--agent-listen", ":8091", "--agent-advertise", "hotcell.example:7443", "--egress-gateway-port", "7444"}, ":7444", "hotcell.example:7444", []string{"hotcell.example:7444"}},
+		{"a Service in front of a set", []string{"--agent-listen", "10.244.0.2:8091", "--agent-advertise", "10.244.0.1:8091,10.244.0.2:8091", "--kubernetes-gateway-advertise", "10.96.0.50:80"},
+			"10.244.0.2:8090", "10.96.0.50:80", []string{"10.96.0.50:80", "10.244.0.1:8090", "10.244.0.2:8090"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--agent-binary", agent, "--driver", "kubernetes", "--providers-file", providers}, tc.args...)
@@ -84,6 +88,9 @@ func TestKubernetesGateway(t *testing.T) {
 			}
 			if l, a := c.KubeGateway(); l != tc.wantListen || a != tc.wantAdvertise {
 				t.Errorf("KubeGateway: got %s, %s; want %s, %s", l, a, tc.wantListen, tc.wantAdvertise)
+			}
+			if ends := c.KubeGatewayEnds(); !slices.Equal(ends, tc.wantEnds) {
+				t.Errorf("KubeGatewayEnds: got %v, want %v", ends, tc.wantEnds)
 			}
 		})
 	}
@@ -114,6 +121,10 @@ func TestKubernetesBad(t *testing.T) {
 		{"lifetime pause", append(k8s, "--max-lifetime", "1h", "--lifetime-action", "pause"), "lifetime_action", "cannot pause"},
 		{"egress resolver", append(k8s, "--kubernetes-egress-resolver", "node-1"), "kubernetes_egress_resolver", "IPv4 address"},
 		{"loopback egress resolver", append(k8s, "--kubernetes-egress-resolver", "127.0.0.1"), "kubernetes_egress_resolver", "IPv4 address"},
+		{"gateway advertise a name", append(k8s, "--kubernetes-gateway-advertise", "gw.example:80"), "kubernetes_gateway_advertise", "IPv4 address:port"},
+		{"gateway advertise no port", append(k8s, "--kubernetes-gateway-advertise", "10.96.0.50"), "kubernetes_gateway_advertise", "IPv4 address:port"},
+		{"gateway advertise loopback", append(k8s, "--kubernetes-gateway-advertise", "127.0.0.1:80"), "kubernetes_gateway_advertise", "IPv4 address:port"},
+		{"gateway advertise on docker", []string{"--kubernetes-gateway-advertise", "10.96.0.50:80"}, "kubernetes_gateway_advertise", "driver kubernetes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(flags(t, append([]string{"--agent-binary", agent}, tc.args...)...), envMap(nil))

@@ -48,8 +48,9 @@ func kubeEgressConfig(cfg config.Config, log *slog.Logger) kubernetes.EgressConf
 		ends = append(ends, end{"the agent channel", a})
 	}
 	if kubeGatewayOn(cfg) {
-		_, gw := cfg.KubeGateway()
-		ends = append(ends, end{"the LLM gateway", gw})
+		for _, gw := range cfg.KubeGatewayEnds() {
+			ends = append(ends, end{"the LLM gateway", gw})
+		}
 	}
 	for _, e := range ends {
 		if ap, err := netip.ParseAddrPort(e.addr); err == nil {

@@ -4,15 +4,19 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/gateway/gatewaytest"
+	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/testinet"
 	"github.com/hotcell/hotcell/internal/testk8s"
@@ -34,6 +38,17 @@ func gatewayDaemon(t *testing.T, extra ...string) (*kubeDaemon, *gatewaytest.Ups
 // gatewayDaemonIn is gatewayDaemon in namespace ns with the gateway on gw.
 func gatewayDaemonIn(t *testing.T, env *testk8s.Env, ns, gw string, extra ...string) (*kubeDaemon, *gatewaytest.Upstream) {
 	t.Helper()
+	up, providers := gatewayProviders(t)
+	_, port, _ := net.SplitHostPort(gw)
+	d := startKubeDaemonIn(t, env, ns, append([]string{"--providers-file", providers, "--egress-gateway-port", port}, extra...)...)
+	return d, up
+}
+
+// gatewayProviders starts a fake upstream on this host's loopback and
+// writes a providers file of one openai provider forwarding to it, its key
+// in a file of its own; it returns the upstream and the providers file.
+func gatewayProviders(t *testing.T) (*gatewaytest.Upstream, string) {
+	t.Helper()
 	up := gatewaytest.New(t)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "openai.key")
@@ -44,9 +59,7 @@ func gatewayDaemonIn(t *testing.T, env *testk8s.Env, ns, gw string, extra ...str
 	if err := os.WriteFile(providers, []byte(fmt.Sprintf("[[provider]]\nname = \"openai\"\nkind = \"openai\"\nbase_url = %q\nkey_file = %q\n", up.URL+"/v1", key)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, port, _ := net.SplitHostPort(gw)
-	d := startKubeDaemonIn(t, env, ns, append([]string{"--providers-file", providers, "--egress-gateway-port", port}, extra...)...)
-	return d, up
+	return up, providers
 }
 
 // gatewayEnv is what a sandbox's env says of the gateway: its base URL and
@@ -267,5 +280,104 @@ func TestKubernetesGatewayEgressNode(t *testing.T) {
 		if !strings.Contains(np, want) {
 			t.Errorf("the sandbox's NetworkPolicy lacks %s:\n%s", want, np)
 		}
+	}
+}
+
+// TestKubernetesGatewayBehindService: with kubernetes_gateway_advertise a
+// set's sandboxes call the LLM gateway at one address in front of every
+// daemon's gateway (a Service's cluster IP; here a DNAT rule of the
+// test's, as kube-proxy makes one), not at the daemon that made them. A
+// pod made through daemon A calls through A's gateway; A is SIGKILLed and
+// the address moves to B's gateway (the Service's endpoints lose A); the
+// same pod, with the base URL and token it had, calls through B, which
+// takes A's token from the store and the call's source as the pod's.
+func TestKubernetesGatewayBehindService(t *testing.T) {
+	testenv.RequireRoot(t, "the test's Service is a DNAT rule in the host's nat table")
+	env := testk8s.Cluster(t)
+	up, providers := gatewayProviders(t)
+	portA, portB := strconv.Itoa(freePort(t, env.HostIP)), strconv.Itoa(freePort(t, env.HostIP))
+	svcPort := strconv.Itoa(freePort(t, env.HostIP))
+	svc := net.JoinHostPort(env.HostIP, svcPort)
+	common := []string{"--providers-file", providers, "--kubernetes-gateway-advertise", svc}
+	s := startDaemonSetWith(t, append([]string{"--egress-gateway-port", portA}, common...), append([]string{"--egress-gateway-port", portB}, common...))
+	ctx := t.Context()
+
+	to := ""
+	serviceTo := func(port string) {
+		t.Helper()
+		rule := func(port string) []string {
+			return []string{"PREROUTING", "-d", env.HostIP + "/32", "-p", "tcp", "-m", "tcp", "--dport", svcPort,
+				"-m", "comment", "--comment", "hotcell test: a Service in front of the gateways", "-j", "DNAT", "--to-destination", net.JoinHostPort(env.HostIP, port)}
+		}
+		testinet.Sh(t, append([]string{"iptables", "-t", "nat", "-I"}, rule(port)...)...)
+		if to != "" {
+			testinet.Sh(t, append([]string{"iptables", "-t", "nat", "-D"}, rule(to)...)...)
+		}
+		to = port
+	}
+	serviceTo(portA)
+	t.Cleanup(func() {
+		if to != "" {
+			_ = exec.Command("iptables", "-t", "nat", "-D", "PREROUTING", "-d", env.HostIP+"/32", "-p", "tcp", "-m", "tcp", "--dport", svcPort,
+				"-m", "comment", "--comment", "hotcell test: a Service in front of the gateways", "-j", "DNAT", "--to-destination", net.JoinHostPort(env.HostIP, to)).Run()
+		}
+	})
+
+	sb, err := s.a.C.CreateSandbox(ctx, client.CreateSandboxRequest{Gateway: []string{"openai"}, Limits: client.Limits{CPUs: 0.1, MemoryMB: 128}})
+	if err != nil {
+		t.Fatalf("create through A: %v\n%s", err, s.a.Logs())
+	}
+	base, tok := gatewayEnv(t, s.a.C, sb.ID)
+	if want := "http://" + svc + "/openai"; base != want {
+		t.Fatalf("OPENAI_BASE_URL: got %q, want the Service's %q (not A's own gateway)", base, want)
+	}
+	if st, body := postFromPod(t, s.a.C, sb.ID, base, tok); st != 200 || !strings.Contains(body, "hello from the fake upstream") {
+		t.Fatalf("through A's gateway: got %d %s, want the upstream's answer", st, body)
+	}
+	// What the set's store holds of the sandbox's usage: a daemon adds
+	// its counts there every 2 s (what a SIGKILL catches unwritten is
+	// lost, so A's is waited for).
+	st, err := store.Open(ctx, s.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	requests := func(want int64) func() error {
+		return func() error {
+			us, err := st.ListGatewayUsage(ctx)
+			if err != nil {
+				return err
+			}
+			for _, u := range us {
+				if u.SandboxID == sb.ID && u.Provider == "openai" && u.Requests == want {
+					return nil
+				}
+			}
+			return fmt.Errorf("usage in the store %+v, want %d requests of %s", us, want, sb.ID)
+		}
+	}
+	eventually(t, 30*time.Second, "A's call counted in the store", requests(1))
+
+	s.a.Stop(syscall.SIGKILL)
+	serviceTo(portB)
+	// The pod's agent redials to B; until then B's calls for it go to A.
+	eventually(t, 60*time.Second, "exec through B after A's SIGKILL", func() error {
+		_, err := s.b.C.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"true"}})
+		return err
+	})
+	n := len(up.Requests())
+	eventually(t, 60*time.Second, "a call through B's gateway with A's base URL and token", func() error {
+		st, body := postFromPod(t, s.b.C, sb.ID, base, tok)
+		if st != 200 || !strings.Contains(body, "hello from the fake upstream") {
+			return fmt.Errorf("got %d %s", st, body)
+		}
+		return nil
+	})
+	if got := len(up.Requests()); got != n+1 {
+		t.Errorf("the upstream got %d calls after A went, want 1", got-n)
+	}
+	eventually(t, 30*time.Second, "A's and B's calls summed in the store", requests(2))
+	if u, err := s.b.C.Usage(ctx, sb.ID); err != nil || len(u.Providers) != 1 || u.Providers[0].Requests != 2 {
+		t.Errorf("usage through B: %+v, %v; want the two requests", u, err)
 	}
 }

@@ -26,9 +26,16 @@ type daemonSet struct {
 	a, b      *testdaemon.Daemon
 	k8s       *testk8s.Env
 	namespace string
+	store     string // the PostgreSQL URL both daemons share
 }
 
 func startDaemonSet(t *testing.T) *daemonSet {
+	t.Helper()
+	return startDaemonSetWith(t, nil, nil)
+}
+
+// startDaemonSetWith is startDaemonSet with more flags for A and for B.
+func startDaemonSetWith(t *testing.T, extraA, extraB []string) *daemonSet {
 	t.Helper()
 	env := testk8s.Cluster(t)
 	prepareImages(t, env)
@@ -53,11 +60,11 @@ func startDaemonSet(t *testing.T) *daemonSet {
 		}
 	}
 	apiA, apiB := loopbackAddr(t), loopbackAddr(t)
-	a := testdaemon.StartWith(t, testdaemon.Options{Listen: apiA, Store: pg, Args: args(apiA, agentA)})
+	a := testdaemon.StartWith(t, testdaemon.Options{Listen: apiA, Store: pg, Args: append(args(apiA, agentA), extraA...)})
 	t.Cleanup(a.Close)
-	b := testdaemon.StartWith(t, testdaemon.Options{Listen: apiB, Store: pg, Args: args(apiB, agentB)})
+	b := testdaemon.StartWith(t, testdaemon.Options{Listen: apiB, Store: pg, Args: append(args(apiB, agentB), extraB...)})
 	t.Cleanup(b.Close)
-	return &daemonSet{a: a, b: b, k8s: env, namespace: ns}
+	return &daemonSet{a: a, b: b, k8s: env, namespace: ns, store: pg}
 }
 
 func loopbackAddr(t *testing.T) string {
