@@ -514,9 +514,37 @@ func (g *Gateway) Flush(ctx context.Context) error {
 		}
 	}
 	g.mu.RUnlock()
-	// Added, not written over: the daemons of a set each add what they
-	// counted, and each learns the sum from the answer. A failed write
-	// changes nothing here: its counts are added at the next.
+	return g.add(ctx, us, cs, ats)
+}
+
+// writeThrough adds what k's counters hold unwritten to the store as a
+// call of k's ends, so that a daemon killed the moment after loses none of
+// it (Flush would have written it up to FlushInterval later, and a SIGKILL
+// before that lost it). A failed write is left to the next Flush.
+func (g *Gateway) writeThrough(ctx context.Context, k key, c *counters) {
+	if g.opts.Store == nil {
+		return
+	}
+	g.flushMu.Lock()
+	defer g.flushMu.Unlock()
+	delta, at, ok := c.unwritten()
+	if !ok {
+		return
+	}
+	us := []store.GatewayUsage{{SandboxID: k.sandbox, Provider: k.provider, GatewayCounters: delta}}
+	if err := g.add(ctx, us, []*counters{c}, []store.GatewayCounters{at}); err != nil {
+		g.log.Warn("write gateway usage as the call ended; the next flush writes it", "sandbox", k.sandbox, "err", err)
+	}
+}
+
+// add adds the deltas us (of counters cs, as they were at ats) to the
+// store, under flushMu. Added, not written over: the daemons of a set each
+// add what they counted, and each learns the sum from the answer. A failed
+// write changes nothing here: its counts are added at the next.
+func (g *Gateway) add(ctx context.Context, us []store.GatewayUsage, cs []*counters, ats []store.GatewayCounters) error {
+	if len(us) == 0 {
+		return nil
+	}
 	totals, err := g.opts.Store.AddGatewayUsage(ctx, us)
 	if err != nil {
 		return err

@@ -261,6 +261,9 @@ func (g *Gateway) finish(r *http.Request, st *reqState, start time.Time) {
 	cut := canceled || st.answered && st.upstreamErr != ""
 	charged := settlement{call: st.call, status: st.status, cut: cut, inBytes: st.in.Load(), outBytes: st.out.Load(), reported: reported, sse: st.usage.mode == modeSSE, u: u}.charge()
 	st.c.settle(st.call.reserve(), st.in.Load(), st.out.Load(), charged, !canceled && st.upstreamErr != "")
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), writeThroughTimeout)
+	g.writeThrough(wctx, st.k, st.c)
+	cancel()
 	attrs := []any{"sandbox", st.k.sandbox, "provider", st.p.name, "method", r.Method, "path", r.URL.Path,
 		"status", status, "ms", time.Since(start).Milliseconds(), "bytesIn", st.in.Load(), "bytesOut", st.out.Load(),
 		"inputTokens", charged.input, "outputTokens", charged.output, "totalTokens", charged.total}
@@ -272,6 +275,11 @@ func (g *Gateway) finish(r *http.Request, st *reqState, start time.Time) {
 	}
 	g.log.Info("gateway request", attrs...)
 }
+
+// writeThroughTimeout bounds the store write at a call's end: a store that
+// does not answer then leaves the counts to the next flush rather than
+// holding the call's end up.
+const writeThroughTimeout = 2 * time.Second
 
 // refuse answers a request that is not forwarded, and audits it.
 // Its audit lines are rate-limited per sandbox (per source address when

@@ -11,9 +11,10 @@ import (
 
 // TestUsageAddsAcrossDaemons: two daemons' gateways on one PostgreSQL
 // store meter one sandbox's calls. Each adds what it counted to the
-// store's totals, which hold the sum (written as totals, the later write
-// would keep one daemon's counts only), and each learns the other's
-// counts from the totals its next write returns.
+// store's totals as each call ends, before any flush (a daemon killed
+// the moment after loses nothing), so the store holds the sum (written
+// as totals, the later write would keep one daemon's counts only), and
+// each learns the other's counts from the totals its next write returns.
 func TestUsageAddsAcrossDaemons(t *testing.T) {
 	t.Parallel()
 	url := testenv.RequirePostgres(t)
@@ -29,33 +30,39 @@ func TestUsageAddsAcrossDaemons(t *testing.T) {
 			}
 		}
 	}
-	callN(a, 3)
-	callN(b, 2)
-	own := func(e *env) store.GatewayCounters { return e.g.usage[key{"sb-1", "openai"}].snapshot() }
-	ca, cb := own(a), own(b)
-	if ca.Requests != 3 || cb.Requests != 2 || ca.TotalTokens == 0 {
-		t.Fatalf("counted: A %+v, B %+v; want 3 and 2 requests with tokens", ca, cb)
-	}
-	for _, e := range []*env{a, b} {
-		if err := e.g.Flush(t.Context()); err != nil {
+	stored := func() store.GatewayCounters {
+		t.Helper()
+		us, err := a.st.ListGatewayUsage(t.Context())
+		if err != nil {
 			t.Fatal(err)
 		}
+		if len(us) != 1 {
+			t.Fatalf("store's usage: %+v, want one sandbox's", us)
+		}
+		return us[0].GatewayCounters
 	}
+	own := func(e *env) store.GatewayCounters { return e.g.usage[key{"sb-1", "openai"}].snapshot() }
+
+	// No Flush anywhere below: every count is in the store when its call
+	// has ended.
+	callN(a, 3)
+	ca := own(a)
+	if got := stored(); ca.Requests != 3 || ca.TotalTokens == 0 || got != ca {
+		t.Fatalf("after A's 3 calls: A counted %+v, the store holds %+v; want 3 requests with tokens in both", ca, got)
+	}
+	callN(b, 2)
+	cb := own(b)
 	want := store.GatewayCounters{
-		Requests: 5, BytesIn: ca.BytesIn + cb.BytesIn, BytesOut: ca.BytesOut + cb.BytesOut,
-		InputTokens: ca.InputTokens + cb.InputTokens, OutputTokens: ca.OutputTokens + cb.OutputTokens, TotalTokens: ca.TotalTokens + cb.TotalTokens,
+		Requests: 5, BytesIn: ca.BytesIn * 5 / 3, BytesOut: ca.BytesOut * 5 / 3,
+		InputTokens: ca.InputTokens * 5 / 3, OutputTokens: ca.OutputTokens * 5 / 3, TotalTokens: ca.TotalTokens * 5 / 3,
 	}
-	us, err := a.st.ListGatewayUsage(t.Context())
-	if err != nil {
-		t.Fatal(err)
+	if got := stored(); got != want || cb != want {
+		t.Fatalf("after B's 2 calls: the store holds %+v and B's view is %+v; want both %+v (A's 3 and B's 2 alike)", got, cb, want)
 	}
-	if len(us) != 1 || us[0].GatewayCounters != want {
-		t.Fatalf("store's usage after both flushed: got %+v, want %+v", us, want)
-	}
-	// B wrote last: its view has A's counts. A learns B's at its next
-	// write, and a flush with nothing new adds nothing.
-	if got := b.g.Usage("sb-1")[0].Requests; got != 5 {
-		t.Errorf("B's view after its write: %d requests, want 5", got)
+	// A learns B's at its next write; a flush with nothing new adds
+	// nothing.
+	if got := a.g.Usage("sb-1")[0].Requests; got != 3 {
+		t.Errorf("A's view before its next write: %d requests, want its own 3", got)
 	}
 	callN(a, 1)
 	for range 2 {
@@ -66,7 +73,7 @@ func TestUsageAddsAcrossDaemons(t *testing.T) {
 	if got := a.g.Usage("sb-1")[0].Requests; got != 6 {
 		t.Errorf("A's view after its next write: %d requests, want 6 (3 + B's 2 + 1)", got)
 	}
-	if us, _ := b.st.ListGatewayUsage(t.Context()); len(us) != 1 || us[0].Requests != 6 {
-		t.Errorf("store's usage: got %+v, want 6 requests", us)
+	if got := stored(); got.Requests != 6 {
+		t.Errorf("store's usage: got %+v, want 6 requests", got)
 	}
 }

@@ -335,8 +335,8 @@ func TestKubernetesGatewayBehindService(t *testing.T) {
 		t.Fatalf("through A's gateway: got %d %s, want the upstream's answer", st, body)
 	}
 	// What the set's store holds of the sandbox's usage: a daemon adds
-	// its counts there every 2 s (what a SIGKILL catches unwritten is
-	// lost, so A's is waited for).
+	// its counts there as each call ends, so A's is there before its
+	// SIGKILL.
 	st, err := store.Open(ctx, s.store)
 	if err != nil {
 		t.Fatal(err)
