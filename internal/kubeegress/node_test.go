@@ -585,6 +585,7 @@ func TestNodeRulesHold(t *testing.T) {
 	if !late.reaches(t, in.Allowed, 80) {
 		t.Error("a pod made while an accept of pod traffic was above hotcell's jump: the listed address is not reachable")
 	}
+	testinet.Sh(t, append([]string{"iptables", "-D"}, podsAccept...)...)
 }
 
 // firstRule is the first rule of chain but Docker's jump to DOCKER-USER.
