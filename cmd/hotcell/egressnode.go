@@ -23,7 +23,7 @@ func (a *app) egressNodeCmd() *cobra.Command {
 	var (
 		kubeconfig, namespace, node, resolver, bridge, podRange, logFormat, rules, metricsAddr string
 		upstreams, allowed, allowPrivate                                                       []string
-		teardown                                                                               bool
+		teardown, force                                                                        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "egress-node [flags]",
@@ -50,7 +50,8 @@ $(HOST_IP)); sandboxes are refused the node's ports in every mode.`,
     --pod-range 10.244.0.0/16 --allow 10.244.0.1:7443
   hotcell egress-node --node "$NODE_NAME" --resolver 10.244.0.1 --pod-range 10.244.0.0/16 \
     --metrics-listen "$HOST_IP:9469"
-  hotcell egress-node --node "$NODE_NAME" --pod-range 10.244.0.0/16 --teardown`,
+  hotcell egress-node --node "$NODE_NAME" --pod-range 10.244.0.0/16 --teardown
+  kubectl -n hotcell apply -f deploy/kubernetes/egress-node-teardown.yaml   # every node`,
 		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if node == "" {
@@ -68,6 +69,13 @@ $(HOST_IP)); sandboxes are refused the node's ports in every mode.`,
 			}
 			cfg := egress.Config{Network: rules, Subnet: pods.Masked(), Node: true}
 			if teardown {
+				// Not under sandboxes that still run: their rules are
+				// what confines them.
+				if !force {
+					if err := a.teardownCheck(cmd.Context(), kubeconfig, namespace, node); err != nil {
+						return err
+					}
+				}
 				// The rule set is keyed by its name and the pod range:
 				// nothing else is needed to find it.
 				if err := egress.TeardownConfig(cfg); err != nil {
@@ -166,10 +174,38 @@ $(HOST_IP)); sandboxes are refused the node's ports in every mode.`,
 	f.StringSliceVar(&allowed, "allow", nil, "TCP endpoint every sandbox reaches in every mode, addr:port (repeat): the daemon's agent channel, and its LLM gateway when it serves one")
 	f.StringSliceVar(&allowPrivate, "allow-private", nil, "private IPv4 network sandboxes may reach (egress_allow_private)")
 	f.StringVar(&rules, "rules", "", "name of this node's rule set, which its chains, sets and denial log group are keyed by (default k8s-<node>); only two controllers on one node, such as tests beside a real one, need different ones")
-	f.BoolVar(&teardown, "teardown", false, "remove this node's rule set (chains and sets) and exit, to uninstall once no sandbox pod is left")
+	f.BoolVar(&teardown, "teardown", false, "remove this node's rule set (chains and sets) and exit, to uninstall once no sandbox pod is left (refused while the API server lists one on this node)")
+	f.BoolVar(&force, "force", false, "with --teardown: remove the rules even though sandbox pods still run on this node (they are no longer confined)")
 	f.StringVar(&metricsAddr, "metrics-listen", "", "serve Prometheus metrics (this node's sandboxes' egress counters) at http://ADDR/metrics, host:port; empty: none")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
+}
+
+// teardownCheck refuses a teardown while the API server lists hotcell
+// sandbox pods on node: their rules are what confines them. Without a
+// cluster credential (run by hand on a node) it says it cannot look and
+// lets the teardown go on, as the operator asked.
+func (a *app) teardownCheck(ctx context.Context, kubeconfig, namespace, node string) error {
+	rc, err := kubernetes.RESTConfig(kubeconfig)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "no cluster credential, so not checking for sandbox pods left on node %s: %v\n", node, err)
+		return nil
+	}
+	rc.UserAgent = "hotcell-egress-node"
+	client, err := kubernetes.NewClient(rc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pods, err := kubeegress.PodsOnNode(ctx, client, namespace, node)
+	if err != nil {
+		return fmt.Errorf("--teardown: list the sandbox pods on node %s (their rules stay while they run): %w; --force removes the rules without looking", node, err)
+	}
+	if len(pods) > 0 {
+		return fmt.Errorf("--teardown: %d sandbox pods still run on node %s in namespace %s (%s): their rules are what confines them; destroy or stop those sandboxes first, or add --force", len(pods), node, namespace, strings.Join(pods[:min(len(pods), 5)], ", "))
+	}
+	return nil
 }
 
 // resolvConfServers reads the nameservers of a resolv.conf as host:53.

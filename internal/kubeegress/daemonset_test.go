@@ -182,6 +182,21 @@ func TestDaemonSetEnforces(t *testing.T) {
 		t.Fatalf("no chain jumps to sandbox %s's rules", none.id)
 	}
 
+	// A teardown while sandboxes run on the node is refused: their rules
+	// are what confines them.
+	hotcell := testenv.GoBuild(t, "./cmd/hotcell")
+	early := exec.Command(hotcell, "egress-node", "--node", c.env.Node, "--kubeconfig", c.env.Kubeconfig, "--namespace", ns,
+		"--pod-range", podRange, "--rules", rules, "--teardown")
+	if out, err := early.CombinedOutput(); err == nil || !strings.Contains(string(out), "2 sandbox pods still run") || !strings.Contains(string(out), "--force") {
+		t.Errorf("a teardown under running sandboxes: %v\n%s\nwant it refused, naming them and --force", err, out)
+	}
+	if got := hotcellObjects(t, base); len(got) == 0 {
+		t.Fatalf("a refused teardown removed chain %s", base)
+	}
+	if none.reaches(t, in.Allowed, 80) {
+		t.Error("after a refused teardown: a none sandbox reaches the test internet")
+	}
+
 	// A sandbox's rules go with its pod, removed by the DaemonSet's pod.
 	for _, b := range []*box{none, byName} {
 		if err := c.d.Destroy(ctx, b.id); err != nil {
@@ -208,16 +223,76 @@ func TestDaemonSetEnforces(t *testing.T) {
 	if got := hotcellObjects(t, base); len(got) == 0 {
 		t.Errorf("chain %s went with the DaemonSet; the rules are to outlive it", base)
 	}
-	// An uninstall's step: hotcell egress-node --teardown, which is
-	// TeardownConfig for the node's rule set.
-	down := exec.Command(testenv.GoBuild(t, "./cmd/hotcell"), "egress-node", "--node", c.env.Node,
-		"--pod-range", podRange, "--rules", rules, "--teardown")
-	if out, err := down.CombinedOutput(); err != nil {
-		t.Fatalf("hotcell egress-node --teardown: %v\n%s", err, out)
+	// An uninstall's step: deploy/kubernetes/egress-node-teardown.yaml,
+	// hotcell egress-node --teardown once on every node.
+	down := renderTeardown(t, c.env, image, podRange, rules)
+	t.Cleanup(func() { deleteDaemonSet(t, c.env, ns, "hotcell-egress-node-teardown") })
+	if _, err := c.env.Kubectl(ctx, bytes.NewReader(down), "-n", ns, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.env.Kubectl(ctx, nil, "-n", ns, "rollout", "status", "daemonset/hotcell-egress-node-teardown", "--timeout=2m"); err != nil {
+		out, _ := c.env.Kubectl(context.Background(), nil, "-n", ns, "describe", "pods", "-l", "app.kubernetes.io/name=hotcell-egress-node-teardown")
+		logs, _ := c.env.Kubectl(context.Background(), nil, "-n", ns, "logs", "daemonset/hotcell-egress-node-teardown", "-c", "teardown")
+		t.Fatalf("the teardown DaemonSet's pod is not ready: %v\n%s\n%s", err, out, logs)
+	}
+	if logs, _ := c.env.Kubectl(ctx, nil, "-n", ns, "logs", "daemonset/hotcell-egress-node-teardown", "-c", "teardown"); !strings.Contains(logs, "removed egress rule set "+rules) {
+		t.Errorf("the teardown's log: %q, want it to say it removed %s", logs, rules)
 	}
 	if got := hotcellObjects(t, base); len(got) > 0 {
 		t.Errorf("after the teardown, still there: %v", got)
 	}
+	deleteDaemonSet(t, c.env, ns, "hotcell-egress-node-teardown")
+}
+
+// renderTeardown is deploy/kubernetes/egress-node-teardown.yaml to apply
+// in the test's namespace: image with pull policy Never, the test's pod
+// range and rule set, and the API server on this host's loopback.
+func renderTeardown(t *testing.T, env *testk8s.Env, image, pods, rules string) []byte {
+	t.Helper()
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "deploy/kubernetes/egress-node-teardown.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := k8syaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096).Decode(&ds); err != nil {
+		t.Fatal(err)
+	}
+	spec := &ds.Spec.Template.Spec
+	if ds.Kind != "DaemonSet" || len(spec.InitContainers) != 1 || len(spec.Containers) != 1 || !spec.HostNetwork ||
+		!slices.Equal(spec.InitContainers[0].Command, []string{"hotcell", "egress-node", "--teardown"}) {
+		t.Fatalf("the teardown manifest is to be a DaemonSet on the host's network whose init container runs hotcell egress-node --teardown (update the test with it): %+v", ds)
+	}
+	rc, err := kubernetes.RESTConfig(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := url.Parse(rc.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range []*corev1.Container{&spec.InitContainers[0], &spec.Containers[0]} {
+		ct.Image, ct.ImagePullPolicy = image, corev1.PullNever
+	}
+	init := &spec.InitContainers[0]
+	var args []string
+	for _, a := range init.Args {
+		if !strings.HasPrefix(a, "--pod-range=") {
+			args = append(args, a)
+		}
+	}
+	init.Args = append(args, "--pod-range="+pods, "--rules="+rules)
+	init.Env = append(init.Env,
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: api.Hostname()},
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: api.Port()})
+	out, err := json.Marshal(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // renderManifest is deploy/kubernetes/egress-node.yaml as a list to apply
@@ -337,15 +412,19 @@ func nodePods(t *testing.T, c *cluster) []corev1.Pod {
 
 // deleteDaemonSet deletes the DaemonSet and waits until its pods are gone
 // (their process, and so its resolver socket, with them).
-func deleteDaemonSet(t *testing.T, env *testk8s.Env, ns string) {
+func deleteDaemonSet(t *testing.T, env *testk8s.Env, ns string, name ...string) {
 	t.Helper()
+	ds := "hotcell-egress-node"
+	if len(name) > 0 {
+		ds = name[0]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := env.Kubectl(ctx, nil, "-n", ns, "delete", "daemonset", "hotcell-egress-node", "--ignore-not-found", "--cascade=foreground", "--wait=true", "--timeout=100s"); err != nil {
-		t.Errorf("delete the DaemonSet: %v", err)
+	if _, err := env.Kubectl(ctx, nil, "-n", ns, "delete", "daemonset", ds, "--ignore-not-found", "--cascade=foreground", "--wait=true", "--timeout=100s"); err != nil {
+		t.Errorf("delete the DaemonSet %s: %v", ds, err)
 	}
 	for ctx.Err() == nil {
-		out, err := env.Kubectl(ctx, nil, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/name=hotcell-egress-node", "-o", "name")
+		out, err := env.Kubectl(ctx, nil, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/name="+ds, "-o", "name")
 		if err == nil && strings.TrimSpace(out) == "" {
 			return
 		}

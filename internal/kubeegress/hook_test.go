@@ -54,6 +54,10 @@ func TestDaemonSetManifest(t *testing.T) {
 			t.Errorf("the dry run did not make %s:\n%s", want, out)
 		}
 	}
+	out = env.MustKubectl(t, "-n", ns, "apply", "--dry-run=server", "-f", filepath.Join(root, "deploy/kubernetes/egress-node-teardown.yaml"), "-o", "name")
+	if !strings.Contains(out, "daemonset.apps/hotcell-egress-node-teardown") {
+		t.Errorf("the teardown's dry run did not make its DaemonSet:\n%s", out)
+	}
 	// The service account may do what the controller does, and no more.
 	// Only the account and its RBAC are made: a DaemonSet would have the
 	// kubelet pull its image from a registry.

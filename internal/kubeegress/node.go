@@ -97,6 +97,23 @@ func NewNode(cfg NodeConfig) *Node {
 // sandbox's counters and denials on this node).
 func (n *Node) Controller() *egress.Controller { return n.ctl }
 
+// PodsOnNode lists the names of the hotcell pods in namespace on node, as
+// the API server has them: those whose rules a teardown would remove.
+func PodsOnNode(ctx context.Context, client k8s.Interface, namespace, node string) ([]string, error) {
+	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{driver.LabelManaged: "true"}.AsSelector().String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	return names, nil
+}
+
 // Run starts the resolver and the rules, applies the policy of every
 // hotcell pod on the node as the API server reports them, and removes the
 // rules of pods that are gone, until ctx ends. The rules stay when it
