@@ -41,7 +41,7 @@ type session struct {
 	ctx context.Context
 	srv *http.Server
 	// leaving is set while the agent is handing the daemon over to a new
-	// session (leaveFallback): the health check says so, which is what
+	// session (FallbackConn.successor): the health check says so, which is what
 	// lets the daemon take the newcomer while this one still answers.
 	leaving atomic.Bool
 }
@@ -105,12 +105,12 @@ func (s *session) serve(conn net.Conn) error {
 // to the new session, closes it. Nothing running is cut by the move.
 func serveSession(ctx context.Context, conn net.Conn, h http.Handler, log *slog.Logger) (next net.Conn, err error) {
 	s := newSession(ctx, h)
-	done := make(chan error, 1)
-	go func() { done <- s.serve(conn) }()
 	fc, ok := conn.(*FallbackConn)
 	if !ok {
-		return nil, <-done
+		return nil, s.serve(conn)
 	}
+	done := make(chan error, 1)
+	go func() { done <- s.serve(conn) }()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	found := make(chan net.Conn, 1)

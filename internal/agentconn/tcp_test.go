@@ -194,15 +194,7 @@ func leavingAgent(t *testing.T, d driver.AgentDial, pid int, leaving *atomic.Boo
 		_ = json.NewEncoder(w).Encode(wire.AgentHealth{Version: "test", PID: pid, Leaving: leaving.Load()})
 	})
 	mux.HandleFunc("GET /pid", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, pid) })
-	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-			fmt.Fprint(w, "done")
-		case <-r.Context().Done():
-		}
-	})
+	mux.HandleFunc("GET /slow", slowUntil(release))
 	// Every stream ends after its answer, as on a real agent's session
 	// that is leaving: no idle stream keeps a drained session open.
 	return agentconntest.Serve(t, nc, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -211,9 +203,31 @@ func leavingAgent(t *testing.T, d driver.AgentDial, pid int, leaving *atomic.Boo
 	}))
 }
 
+// slowUntil answers its headers at once and "done" once release is
+// closed: a call that stays in flight as long as a test wants.
+func slowUntil(release <-chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+			fmt.Fprint(w, "done")
+		case <-r.Context().Done():
+		}
+	}
+}
+
 // get sends GET path to c's agent and returns the answer's body.
-func get(c *Conn, path string) (string, error) {
-	req, _ := http.NewRequest(http.MethodGet, path, nil)
+func get(c *Conn, path string) (string, error) { return send(c, http.MethodGet, path, nil) }
+
+// post sends POST path with a small body, which the transport cannot
+// send again, to c's agent and returns the answer's body.
+func post(c *Conn, path string) (string, error) {
+	return send(c, http.MethodPost, path, strings.NewReader(`{"x":1}`))
+}
+
+func send(c *Conn, method, path string, body io.Reader) (string, error) {
+	req, _ := http.NewRequest(method, path, body)
 	resp, err := c.Do(req)
 	if err != nil {
 		return "", err
@@ -223,17 +237,10 @@ func get(c *Conn, path string) (string, error) {
 	return string(b), err
 }
 
-// post sends POST path with a small body to c's agent and returns the
-// answer's body.
-func post(c *Conn, path string) (string, error) {
-	req, _ := http.NewRequest(http.MethodPost, path, strings.NewReader(`{"x":1}`))
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
+// answer is what a call in a goroutine of a test got.
+type answer struct {
+	body string
+	err  error
 }
 
 func closedWithin(s *yamux.Session, d time.Duration) bool {
@@ -261,10 +268,6 @@ func TestChannelDrainsLeavingSession(t *testing.T) {
 	s1 := leavingAgent(t, d, 1, &leaving1, release1)
 	waitPID(t, c, 1)
 
-	type answer struct {
-		body string
-		err  error
-	}
 	slow := func() chan answer {
 		ch := make(chan answer, 1)
 		go func() {
@@ -599,15 +602,7 @@ func TestAgentLeavesFallback(t *testing.T) {
 	mux.HandleFunc("/via", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, r.Context().Value(http.LocalAddrContextKey).(net.Addr).Network())
 	})
-	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-			fmt.Fprint(w, "done")
-		case <-r.Context().Done():
-		}
-	})
+	mux.HandleFunc("GET /slow", slowUntil(release))
 	ctx, cancel := context.WithCancel(t.Context())
 	ran := make(chan error, 1)
 	go func() {
@@ -622,10 +617,6 @@ func TestAgentLeavesFallback(t *testing.T) {
 	}
 	if got, err := get(c, "/via"); err != nil || got != "unix" {
 		t.Fatalf("with TCP failing: via %q, %v; want unix", got, err)
-	}
-	type answer struct {
-		body string
-		err  error
 	}
 	inFlight := make(chan answer, 1)
 	go func() {

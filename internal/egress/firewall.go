@@ -463,9 +463,8 @@ func (f *firewall) ensureAgentAccept() (changed bool, err error) {
 			return changed, fmt.Errorf("remove the agent channel's old port %d from %s: %w", port, f.base, err)
 		}
 		changed = true
-		if drop > 0 {
-			drop--
-		}
+		// The rules after it move up one; a drop found already is above
+		// it and keeps its number.
 		rule--
 	}
 	if have || f.agentPort == 0 {

@@ -244,6 +244,22 @@ func TestDaemonSetEnforces(t *testing.T) {
 	deleteDaemonSet(t, c.env, ns, "hotcell-egress-node-teardown")
 }
 
+// apiServer is the test cluster's API server, on this host's loopback:
+// the pods on the host's network reach it there (the test cluster has no
+// kube-proxy for the kubernetes service's address).
+func apiServer(t *testing.T, env *testk8s.Env) *url.URL {
+	t.Helper()
+	rc, err := kubernetes.RESTConfig(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := url.Parse(rc.Host)
+	if err != nil || api.Hostname() != "127.0.0.1" || api.Port() == "" {
+		t.Fatalf("the test cluster's API server is at %q, want 127.0.0.1:PORT", rc.Host)
+	}
+	return api
+}
+
 // renderTeardown is deploy/kubernetes/egress-node-teardown.yaml to apply
 // in the test's namespace: image with pull policy Never, the test's pod
 // range and rule set, and the API server on this host's loopback.
@@ -266,14 +282,7 @@ func renderTeardown(t *testing.T, env *testk8s.Env, image, pods, rules string) [
 		!slices.Equal(spec.InitContainers[0].Command, []string{"hotcell", "egress-node", "--teardown"}) {
 		t.Fatalf("the teardown manifest is to be a DaemonSet on the host's network whose init container runs hotcell egress-node --teardown (update the test with it): %+v", ds)
 	}
-	rc, err := kubernetes.RESTConfig(env.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := url.Parse(rc.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := apiServer(t, env)
 	for _, ct := range []*corev1.Container{&spec.InitContainers[0], &spec.Containers[0]} {
 		ct.Image, ct.ImagePullPolicy = image, corev1.PullNever
 	}
@@ -314,14 +323,7 @@ func renderManifest(t *testing.T, env *testk8s.Env, image string, metricsPort in
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rc, err := kubernetes.RESTConfig(env.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := url.Parse(rc.Host)
-	if err != nil || api.Hostname() != "127.0.0.1" || api.Port() == "" {
-		t.Fatalf("the test cluster's API server is at %q, want 127.0.0.1:PORT", rc.Host)
-	}
+	api := apiServer(t, env)
 	dec := k8syaml.NewYAMLOrJSONDecoder(f, 4096)
 	var items []json.RawMessage
 	daemonSets := 0

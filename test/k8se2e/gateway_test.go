@@ -302,13 +302,14 @@ func TestKubernetesGatewayBehindService(t *testing.T) {
 	s := startDaemonSetWith(t, append([]string{"--egress-gateway-port", portA}, common...), append([]string{"--egress-gateway-port", portB}, common...))
 	ctx := t.Context()
 
+	// The Service: svc's port DNATed to one daemon's gateway.
+	rule := func(port string) []string {
+		return []string{"PREROUTING", "-d", env.HostIP + "/32", "-p", "tcp", "-m", "tcp", "--dport", svcPort,
+			"-m", "comment", "--comment", "hotcell test: a Service in front of the gateways", "-j", "DNAT", "--to-destination", net.JoinHostPort(env.HostIP, port)}
+	}
 	to := ""
 	serviceTo := func(port string) {
 		t.Helper()
-		rule := func(port string) []string {
-			return []string{"PREROUTING", "-d", env.HostIP + "/32", "-p", "tcp", "-m", "tcp", "--dport", svcPort,
-				"-m", "comment", "--comment", "hotcell test: a Service in front of the gateways", "-j", "DNAT", "--to-destination", net.JoinHostPort(env.HostIP, port)}
-		}
 		testinet.Sh(t, append([]string{"iptables", "-t", "nat", "-I"}, rule(port)...)...)
 		if to != "" {
 			testinet.Sh(t, append([]string{"iptables", "-t", "nat", "-D"}, rule(to)...)...)
@@ -316,12 +317,7 @@ func TestKubernetesGatewayBehindService(t *testing.T) {
 		to = port
 	}
 	serviceTo(portA)
-	t.Cleanup(func() {
-		if to != "" {
-			_ = exec.Command("iptables", "-t", "nat", "-D", "PREROUTING", "-d", env.HostIP+"/32", "-p", "tcp", "-m", "tcp", "--dport", svcPort,
-				"-m", "comment", "--comment", "hotcell test: a Service in front of the gateways", "-j", "DNAT", "--to-destination", net.JoinHostPort(env.HostIP, to)).Run()
-		}
-	})
+	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-t", "nat", "-D"}, rule(to)...)...).Run() })
 
 	sb, err := s.a.C.CreateSandbox(ctx, client.CreateSandboxRequest{Gateway: []string{"openai"}, Limits: client.Limits{CPUs: 0.1, MemoryMB: 128}})
 	if err != nil {
