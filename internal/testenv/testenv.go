@@ -5,12 +5,15 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,9 +189,7 @@ func goBuild(pkg string) (string, error) {
 	}
 	builds.mu.Lock()
 	if builds.dir == "" {
-		// Shared by every test of the process, so not a t.TempDir; it is
-		// small and lives in the OS temp dir.
-		builds.dir, err = os.MkdirTemp("", "hotcell-testbin-")
+		builds.dir, err = binDir()
 	}
 	dir := builds.dir
 	builds.mu.Unlock()
@@ -203,6 +204,35 @@ func goBuild(pkg string) (string, error) {
 		return "", fmt.Errorf("%w\n%s", err, msg)
 	}
 	return out, nil
+}
+
+// binDir makes the directory of this test process's builds. It is shared
+// by every test of the process, so not a t.TempDir, and nothing runs when
+// the process ends to remove it. So it goes under $HOTCELL_TESTBIN when
+// set (scripts/test sets it and removes it when the suite ends), and its
+// name carries the process's pid, so that the directories of processes
+// that have ended are removed here, by the next one.
+func binDir() (string, error) {
+	parent := os.Getenv("HOTCELL_TESTBIN")
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	prefix := "hotcell-testbin-"
+	old, _ := filepath.Glob(filepath.Join(parent, prefix+"*"))
+	for _, d := range old {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
+		if n, err := strconv.Atoi(pid); err == nil && !alive(n) {
+			os.RemoveAll(d)
+		}
+	}
+	return os.MkdirTemp(parent, fmt.Sprintf("%s%d-", prefix, os.Getpid()))
+}
+
+// alive reports whether process pid exists (signal 0 reaches it, or it
+// exists but belongs to another user).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // AgentBinary returns a static build of ./cmd/hotcell-agent.

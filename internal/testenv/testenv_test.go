@@ -3,6 +3,9 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -48,5 +51,39 @@ func TestRequireRoot(t *testing.T) {
 	}
 	if os.Geteuid() != 0 && r.calls[0] != "fatal: needs root: a network namespace (CI is set, so this fails instead of skipping)" {
 		t.Errorf("got %q", r.calls)
+	}
+}
+
+// A test process's build directory is removed by the next one once the
+// process has ended, and never while it runs.
+func TestBinDirSweepsEndedProcesses(t *testing.T) {
+	parent := t.TempDir()
+	t.Setenv("HOTCELL_TESTBIN", parent)
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	endedDir := filepath.Join(parent, fmt.Sprintf("hotcell-testbin-%d-1", ended.Process.Pid))
+	liveDir := filepath.Join(parent, fmt.Sprintf("hotcell-testbin-%d-1", os.Getppid()))
+	other := filepath.Join(parent, "unrelated")
+	for _, d := range []string{endedDir, liveDir, other} {
+		if err := os.MkdirAll(filepath.Join(d, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir, err := binDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(dir) != parent || !strings.HasPrefix(filepath.Base(dir), fmt.Sprintf("hotcell-testbin-%d-", os.Getpid())) {
+		t.Errorf("binDir = %s, want hotcell-testbin-%d-* under %s", dir, os.Getpid(), parent)
+	}
+	if _, err := os.Stat(endedDir); !os.IsNotExist(err) {
+		t.Errorf("the ended process's directory is still there (%v)", err)
+	}
+	for _, d := range []string{liveDir, other, dir} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s was removed: %v", d, err)
+		}
 	}
 }
