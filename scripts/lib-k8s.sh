@@ -23,7 +23,7 @@ K8S_APISERVER_PORT=${HOTCELL_K8S_APISERVER_PORT:-6443}
 # under this name, so nothing is ever pulled.
 K8S_PAUSE_IMAGE=registry.k8s.io/pause:3.10.1
 K8S_NODE=${HOTCELL_K8S_NODE:-hotcell-k8s}
-K8S_COMPONENTS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"
+K8S_COMPONENTS="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl"
 
 # k8s_build makes sure the Kubernetes and etcd binaries are under
 # K8S_BIN_DIR and ETCD_BIN_DIR, building them from the Go module proxy when
@@ -172,7 +172,7 @@ k8s_build_etcd() {
 # services are kept from starting (policy-rc.d).
 k8s_packages() {
 	local missing=() p rc_made=
-	for p in containerd runc containernetworking-plugins conntrack socat openssl; do
+	for p in containerd runc containernetworking-plugins conntrack socat openssl nftables; do
 		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
@@ -309,10 +309,14 @@ k8s_config() {
 		openssl ec -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 		chmod 0600 "$pki"/*.key
 	fi
+	# kube-proxy's user, whom the default RBAC binds to system:node-proxier
+	# (made apart: a cluster up from before kube-proxy ran gets it too).
+	[ -s "$pki/kube-proxy.crt" ] || { k8s_cert kube-proxy system:kube-proxy && chmod 0600 "$pki/kube-proxy.key"; }
 	k8s_kubeconfig admin admin
 	k8s_kubeconfig controller-manager controller-manager
 	k8s_kubeconfig scheduler scheduler
 	k8s_kubeconfig kubelet kubelet
+	k8s_kubeconfig kube-proxy kube-proxy
 
 	cat >"$s/containerd/config.toml" <<TOML
 # The test cluster's own containerd: its root, state and socket are its own,
@@ -369,9 +373,10 @@ root = "$s/runsc-gvisor"
 TOML
 
 	# Pods sit on K8S_BRIDGE with no default route and no masquerading: they
-	# reach one another and the bridge's own address (K8S_HOST_IP), nothing
-	# else. The firewall plugin accepts their traffic in FORWARD, whose
-	# policy Docker sets to DROP.
+	# reach one another, the bridge's own address (K8S_HOST_IP) and the
+	# Services' ClusterIPs (a route to K8S_SERVICE_CIDR via the bridge, where
+	# kube-proxy translates them), nothing else. The firewall plugin accepts
+	# their traffic in FORWARD, whose policy Docker sets to DROP.
 	cat >"$s/cni/net.d/10-hotcell-k8s.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
@@ -386,6 +391,7 @@ TOML
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$K8S_POD_CIDR", "gateway": "$K8S_HOST_IP"}]],
+        "routes": [{"dst": "$K8S_SERVICE_CIDR"}],
         "dataDir": "$s/cni/networks"
       }
     },
@@ -436,6 +442,29 @@ evictionHard:
   nodefs.inodesFree: "1%"
 serializeImagePulls: false
 resolvConf: /etc/resolv.conf
+YAML
+
+	# kube-proxy in nftables mode: ClusterIP Services in a table of its own
+	# (ip kube-proxy), beside Docker's and hotcell's rules, never in
+	# theirs. The conntrack settings it would write host-wide are left as
+	# they are (0), and node ports open on the bridge's address only.
+	cat >"$s/kube-proxy.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection:
+  kubeconfig: $s/kube-proxy.kubeconfig
+hostnameOverride: $K8S_NODE
+bindAddress: $K8S_HOST_IP
+clusterCIDR: $K8S_POD_CIDR
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: ["$K8S_HOST_IP/32"]
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
 YAML
 }
 
@@ -518,6 +547,10 @@ k8s_up() {
 	if [ ! -e "$s/cni-forward-before" ]; then
 		if iptables -w -n -L CNI-FORWARD >/dev/null 2>&1; then echo yes; else echo no; fi >"$s/cni-forward-before"
 	fi
+	# kube-proxy's nftables tables, removed at down unless the host had them.
+	if [ ! -e "$s/kube-proxy-before" ]; then
+		if nft list table ip kube-proxy >/dev/null 2>&1 || nft list table ip6 kube-proxy >/dev/null 2>&1; then echo yes; else echo no; fi >"$s/kube-proxy-before"
+	fi
 
 	# The RuntimeClass gvisor is made when the running containerd has the
 	# handler runsc: one started before the shim was built has not (it
@@ -584,6 +617,9 @@ k8s_up() {
 	k8s_wait kubelet 60 "$s/log/kubelet.log" k8s_healthz http://127.0.0.1:10248/healthz || return 1
 	k8s_wait "node $K8S_NODE Ready" 90 "$s/log/kubelet.log" k8s_kubectl wait --timeout=5s --for=condition=Ready "node/$K8S_NODE" || return 1
 	k8s_wait "the default service account" 60 "$s/log/kube-controller-manager.log" k8s_kubectl -n default get serviceaccount default || return 1
+	# kube-proxy once the node is registered (it reads the node's address).
+	k8s_start kube-proxy "$K8S_BIN_DIR/kube-proxy" --config="$s/kube-proxy.yaml"
+	k8s_wait kube-proxy 60 "$s/log/kube-proxy.log" curl -fs --max-time 2 http://127.0.0.1:10256/healthz || return 1
 	if [ -e "$s/containerd/gvisor" ]; then
 		k8s_kubectl apply -f - >/dev/null <<YAML || return 1
 apiVersion: node.k8s.io/v1
@@ -623,7 +659,7 @@ k8s_status() {
 		echo "down (no $K8S_STATE)"
 		return 1
 	fi
-	for c in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+	for c in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
 		if k8s_running "$c"; then
 			printf '%-24s running (pid %s)\n' "$c" "$(cat "$K8S_STATE/run/$c.pid")"
 		else
@@ -652,10 +688,10 @@ k8s_stop() {
 
 # k8s_down stops the cluster and leaves the host as it was: pods go first
 # (their network torn down by the CNI while the kubelet still runs), then
-# the kubelet, the control plane, etcd and containerd; then the bridge, the
-# firewall plugin's chain, cgroups, mounts, the files the kubelet and CNI
-# write outside K8S_STATE whatever the flags, and K8S_STATE itself. The
-# binaries stay, so the next up takes seconds.
+# the kubelet, kube-proxy, the control plane, etcd and containerd; then the
+# bridge, kube-proxy's tables, the firewall plugin's chain, cgroups, mounts,
+# the files the kubelet and CNI write outside K8S_STATE whatever the flags,
+# and K8S_STATE itself. The binaries stay, so the next up takes seconds.
 k8s_down() {
 	local s=$K8S_STATE start=$SECONDS i m
 	if [ ! -d "$s" ]; then
@@ -683,6 +719,7 @@ k8s_down() {
 		done
 	fi
 	k8s_stop kubelet
+	k8s_stop kube-proxy
 	k8s_stop kube-apiserver
 	k8s_stop etcd
 	# Whatever still runs in containerd (the kubelet died early): stop it
@@ -726,6 +763,11 @@ k8s_down() {
 		fi
 	done
 	ip link del "$K8S_BRIDGE" 2>/dev/null || true
+	# kube-proxy's tables (it leaves them when it stops).
+	if [ "$(cat "$s/kube-proxy-before" 2>/dev/null)" = no ]; then
+		nft delete table ip kube-proxy 2>/dev/null || true
+		nft delete table ip6 kube-proxy 2>/dev/null || true
+	fi
 	if [ "$(cat "$s/cni-forward-before" 2>/dev/null)" = no ]; then
 		# The plugin's jump carries a comment: delete each rule as listed.
 		iptables -w -S FORWARD 2>/dev/null | grep -e '-j CNI-FORWARD$' | sed 's/^-A FORWARD //' |
@@ -742,20 +784,22 @@ k8s_down() {
 	rmdir /var/log/containers 2>/dev/null || true
 	rm -f /var/lib/cni/results/hotcell-k8s-*
 	rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
-	local fwd
+	local fwd kp
 	fwd=$(cat "$s/cni-forward-before" 2>/dev/null || echo yes)
+	kp=$(cat "$s/kube-proxy-before" 2>/dev/null || echo yes)
 	rm -rf "$s"
-	if ! k8s_leftovers "$fwd"; then
+	if ! k8s_leftovers "$fwd" "$kp"; then
 		printf 'error: the test cluster left the above behind\n' >&2
 		return 1
 	fi
 	log "the test cluster is down ($((SECONDS - start)) s)"
 }
 
-# k8s_leftovers [CNI_FORWARD_BEFORE] prints whatever of a cluster is still
-# on the host (processes, the state directory, mounts, cgroups, the bridge,
-# network namespaces holding a pod address, the firewall plugin's chain
-# when the cluster made it, the kubelet's and CNI's stray files) and fails
+# k8s_leftovers [CNI_FORWARD_BEFORE [KUBE_PROXY_BEFORE]] prints whatever of
+# a cluster is still on the host (processes, the state directory, mounts,
+# cgroups, the bridge, network namespaces holding a pod address, the
+# firewall plugin's chain and kube-proxy's tables when the cluster made
+# them, the kubelet's and CNI's stray files) and fails
 # if there is any.
 k8s_leftovers() {
 	local s=$K8S_STATE left=0 m
@@ -768,6 +812,11 @@ k8s_leftovers() {
 		[ ! -d "$m" ] || { echo "left: cgroup $m"; left=1; }
 	done
 	! ip link show "$K8S_BRIDGE" >/dev/null 2>&1 || { echo "left: link $K8S_BRIDGE"; left=1; }
+	if [ "${2:-yes}" = no ]; then
+		for m in ip ip6; do
+			! nft list table "$m" kube-proxy >/dev/null 2>&1 || { echo "left: nftables table $m kube-proxy"; left=1; }
+		done
+	fi
 	for m in /var/run/netns/cni-*; do
 		[ -e "$m" ] || continue
 		if ip netns exec "$(basename "$m")" ip -4 -o addr 2>/dev/null | grep -q " ${K8S_POD_CIDR%.*}\."; then

@@ -46,7 +46,8 @@ const dsImage = "hotcell/hotcell:test-egress-node"
 // sandbox reaches the allowed daemon endpoint (--allow) and nothing else
 // (not another port of the node, not the test internet, no DNS answer);
 // an allowlist sandbox resolves its name through the pod's resolver,
-// reaches that address and no other. Each sandbox's chains go with its
+// reaches that address and no other, directly or through a Service (the
+// node's kube-proxy translates its cluster IP first). Each sandbox's chains go with its
 // pod; the node's own chain outlives the DaemonSet (pods stay confined
 // while it is replaced) and is removed by hotcell egress-node --teardown
 // (egress.TeardownConfig), as an uninstall would, leaving nothing of the
@@ -151,6 +152,25 @@ func TestDaemonSetEnforces(t *testing.T) {
 	}
 	if got := byName.lookup(t, "other.test", resolverA); len(got) > 0 {
 		t.Errorf("allowlist: an unlisted name was answered: %v", got)
+	}
+
+	// A Service is no way around a policy: the node's kube-proxy
+	// translates a cluster IP before the sandbox's rules see the packet,
+	// so they judge the address it leads to. The listed address through a
+	// Service is reached (so the Service works); an unlisted one, and
+	// anything from none, is not.
+	allowedEnd, otherEnd := netip.AddrPortFrom(in.Allowed, 80), netip.AddrPortFrom(in.Other, 80)
+	toAllowed := c.env.NewService(t, ns, "to-allowed", 80, allowedEnd)
+	toOther := c.env.NewService(t, ns, "to-other", 80, otherEnd)
+	if !byName.reachesThrough(t, toAllowed.Addr(), allowedEnd) {
+		out, _ := byName.sh(t, "ip route; nc -w 3 "+toAllowed.ClusterIP.String()+" 80 </dev/null")
+		t.Errorf("allowlist: allowed.test's address through Service %s is not reachable:\n%s", toAllowed.Addr(), out)
+	}
+	if byName.reachesThrough(t, toOther.Addr(), otherEnd) {
+		t.Errorf("allowlist: an unlisted address is reachable through Service %s", toOther.Addr())
+	}
+	if none.reachesThrough(t, toAllowed.Addr(), allowedEnd) {
+		t.Errorf("none: the test internet is reachable through Service %s", toAllowed.Addr())
 	}
 
 	// The node's metrics: each sandbox's counters under its id, at the

@@ -223,6 +223,15 @@ func (b *box) reaches(t *testing.T, addr netip.Addr, port int) bool {
 	return code == 0 && strings.Contains(out, "hello from "+ap.String())
 }
 
+// reachesThrough says whether the box, dialing svc (a Service's address),
+// gets the greeting of the test internet's server at behind, the address
+// the Service leads to.
+func (b *box) reachesThrough(t *testing.T, svc, behind netip.AddrPort) bool {
+	t.Helper()
+	out, code := b.sh(t, "nc -w 3 "+svc.Addr().String()+" "+itoa(int(svc.Port()))+" </dev/null")
+	return code == 0 && strings.Contains(out, "hello from "+behind.String())
+}
+
 // lookup asks server for name's A record from inside the box; the
 // answer's addresses, or none.
 func (b *box) lookup(t *testing.T, name, server string) []string {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,9 @@ import (
 // of its own, reads its log and drives it with kubectl exec: stdout and
 // stderr apart, the remote exit code, stdin; then the pod dials a TCP
 // listener the test opens on the host's bridge-side address and the two
-// talk; the pod has no default route (pods reach nothing off the node).
+// talk, and another through a ClusterIP Service (kube-proxy), which keeps
+// the pod's address as the source; the pod has no default route (pods
+// reach nothing off the node).
 // The namespace is gone when the test ends.
 func TestClusterPodExecAndHostReach(t *testing.T) {
 	k := testk8s.Cluster(t)
@@ -52,6 +55,10 @@ spec:
 		desc, _ := k.Kubectl(ctx, nil, "-n", ns, "describe", "pod/smoke")
 		t.Fatalf("%v\n%s", err, desc)
 	}
+	type seen struct {
+		from, line string
+		err        error
+	}
 	podIP := strings.TrimSpace(k.MustKubectl(t, "-n", ns, "get", "pod/smoke", "-o", "jsonpath={.status.podIP}"))
 
 	// The container's output reaches kubectl logs (the kubelet keeps pods'
@@ -77,53 +84,61 @@ spec:
 		t.Fatalf("exec -i wc -l: %q, %v", out, err)
 	}
 
-	// The pod reaches the host's bridge-side address.
-	ln, err := net.Listen("tcp", net.JoinHostPort(k.HostIP, "0"))
-	if err != nil {
-		t.Fatalf("listen on the host's bridge address %s: %v", k.HostIP, err)
-	}
-	defer ln.Close()
-	type seen struct {
-		from, line string
-		err        error
-	}
-	got := make(chan seen, 1)
-	go func() {
-		c, err := ln.Accept()
+	// The pod reaches the host's bridge-side address, and a ClusterIP
+	// Service leading there: kube-proxy translates it, keeping the pod's
+	// address as the source.
+	hostListener := func() (*net.TCPAddr, <-chan seen) {
+		ln, err := net.Listen("tcp", net.JoinHostPort(k.HostIP, "0"))
 		if err != nil {
-			got <- seen{err: err}
-			return
+			t.Fatalf("listen on the host's bridge address %s: %v", k.HostIP, err)
 		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(time.Minute))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err == nil {
-			_, err = fmt.Fprintf(c, "pong %s\n", strings.TrimSpace(line))
+		t.Cleanup(func() { ln.Close() })
+		got := make(chan seen, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				got <- seen{err: err}
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(time.Minute))
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err == nil {
+				_, err = fmt.Fprintf(c, "pong %s\n", strings.TrimSpace(line))
+			}
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			got <- seen{from: host, line: line, err: err}
+		}()
+		return ln.Addr().(*net.TCPAddr), got
+	}
+	dial := func(what string, to netip.AddrPort, got <-chan seen) {
+		t.Helper()
+		script := fmt.Sprintf("exec 3<>/dev/tcp/%s/%d && echo ping-$(hostname) >&3 && head -n1 <&3", to.Addr(), to.Port())
+		out, err := k.Kubectl(ctx, nil, "-n", ns, "exec", "smoke", "--", "bash", "-c", script)
+		if err != nil {
+			t.Fatalf("pod dialling %s %s: %v", what, to, err)
 		}
-		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		got <- seen{from: host, line: line, err: err}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
-	script := fmt.Sprintf("exec 3<>/dev/tcp/%s/%d && echo ping-$(hostname) >&3 && head -n1 <&3", k.HostIP, port)
-	out, err = k.Kubectl(ctx, nil, "-n", ns, "exec", "smoke", "--", "bash", "-c", script)
-	if err != nil {
-		t.Fatalf("pod dialling %s:%d: %v", k.HostIP, port, err)
+		var s seen
+		select {
+		case s = <-got:
+		case <-ctx.Done():
+			t.Fatalf("%s: the listener saw no connection", what)
+		}
+		if s.err != nil {
+			t.Fatalf("%s: host side: %v", what, s.err)
+		}
+		if s.line != "ping-smoke\n" || out != "pong ping-smoke\n" {
+			t.Fatalf("%s: host read %q and the pod %q; want ping-smoke and pong ping-smoke", what, s.line, out)
+		}
+		if s.from != podIP {
+			t.Fatalf("%s: connection from %s, want the pod's address %s", what, s.from, podIP)
+		}
 	}
-	var s seen
-	select {
-	case s = <-got:
-	case <-ctx.Done():
-		t.Fatal("the listener saw no connection")
-	}
-	if s.err != nil {
-		t.Fatalf("host side: %v", s.err)
-	}
-	if s.line != "ping-smoke\n" || out != "pong ping-smoke\n" {
-		t.Fatalf("host read %q and the pod %q; want ping-smoke and pong ping-smoke", s.line, out)
-	}
-	if s.from != podIP {
-		t.Fatalf("connection from %s, want the pod's address %s", s.from, podIP)
-	}
+	direct, got := hostListener()
+	dial("the host's bridge address", netip.AddrPortFrom(netip.MustParseAddr(k.HostIP), uint16(direct.Port)), got)
+	behind, got := hostListener()
+	svc := k.NewService(t, ns, "to-host", 80, netip.AddrPortFrom(netip.MustParseAddr(k.HostIP), uint16(behind.Port)))
+	dial("a Service", svc.Addr(), got)
 
 	// No default route in the pod: it reaches the node's bridge, nothing beyond.
 	routes := k.MustKubectl(t, "-n", ns, "exec", "smoke", "--", "cat", "/proc/net/route")

@@ -3,8 +3,8 @@ package k8se2e
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -285,39 +285,24 @@ func TestKubernetesGatewayEgressNode(t *testing.T) {
 
 // TestKubernetesGatewayBehindService: with kubernetes_gateway_advertise a
 // set's sandboxes call the LLM gateway at one address in front of every
-// daemon's gateway (a Service's cluster IP; here a DNAT rule of the
-// test's, as kube-proxy makes one), not at the daemon that made them. A
-// pod made through daemon A calls through A's gateway; A is SIGKILLed and
-// the address moves to B's gateway (the Service's endpoints lose A); the
+// daemon's gateway (a real Service's cluster IP, which the test cluster's
+// kube-proxy translates), not at the daemon that made them. A pod made
+// through daemon A calls through A's gateway; A is SIGKILLed and the
+// Service's endpoint moves to B's gateway (as a readiness probe would); the
 // same pod, with the base URL and token it had, calls through B, which
 // takes A's token from the store and the call's source as the pod's.
 func TestKubernetesGatewayBehindService(t *testing.T) {
-	testenv.RequireRoot(t, "the test's Service is a DNAT rule in the host's nat table")
 	env := testk8s.Cluster(t)
 	up, providers := gatewayProviders(t)
-	portA, portB := strconv.Itoa(freePort(t, env.HostIP)), strconv.Itoa(freePort(t, env.HostIP))
-	svcPort := strconv.Itoa(freePort(t, env.HostIP))
-	svc := net.JoinHostPort(env.HostIP, svcPort)
+	portA, portB := freePort(t, env.HostIP), freePort(t, env.HostIP)
+	host := netip.MustParseAddr(env.HostIP)
+	// The Service: a ClusterIP the cluster's kube-proxy translates to one
+	// daemon's gateway, as it would to the ready pods of a Deployment.
+	service := env.NewService(t, env.Namespace(t), "hotcell-gateway", 8090, netip.AddrPortFrom(host, uint16(portA)))
+	svc := service.Addr().String()
 	common := []string{"--providers-file", providers, "--kubernetes-gateway-advertise", svc}
-	s := startDaemonSetWith(t, append([]string{"--egress-gateway-port", portA}, common...), append([]string{"--egress-gateway-port", portB}, common...))
+	s := startDaemonSetWith(t, append([]string{"--egress-gateway-port", strconv.Itoa(portA)}, common...), append([]string{"--egress-gateway-port", strconv.Itoa(portB)}, common...))
 	ctx := t.Context()
-
-	// The Service: svc's port DNATed to one daemon's gateway.
-	rule := func(port string) []string {
-		return []string{"PREROUTING", "-d", env.HostIP + "/32", "-p", "tcp", "-m", "tcp", "--dport", svcPort,
-			"-m", "comment", "--comment", "hotcell test: a Service in front of the gateways", "-j", "DNAT", "--to-destination", net.JoinHostPort(env.HostIP, port)}
-	}
-	to := ""
-	serviceTo := func(port string) {
-		t.Helper()
-		testinet.Sh(t, append([]string{"iptables", "-t", "nat", "-I"}, rule(port)...)...)
-		if to != "" {
-			testinet.Sh(t, append([]string{"iptables", "-t", "nat", "-D"}, rule(to)...)...)
-		}
-		to = port
-	}
-	serviceTo(portA)
-	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-t", "nat", "-D"}, rule(to)...)...).Run() })
 
 	sb, err := s.a.C.CreateSandbox(ctx, client.CreateSandboxRequest{Gateway: []string{"openai"}, Limits: client.Limits{CPUs: 0.1, MemoryMB: 128}})
 	if err != nil {
@@ -355,7 +340,7 @@ func TestKubernetesGatewayBehindService(t *testing.T) {
 	eventually(t, 30*time.Second, "A's call counted in the store", requests(1))
 
 	s.a.Stop(syscall.SIGKILL)
-	serviceTo(portB)
+	service.To(t, netip.AddrPortFrom(host, uint16(portB)))
 	// The pod's agent redials to B; until then B's calls for it go to A.
 	eventually(t, 60*time.Second, "exec through B after A's SIGKILL", func() error {
 		_, err := s.b.C.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"true"}})
