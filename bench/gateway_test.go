@@ -22,7 +22,19 @@ import (
 // gateway on the egress gateway address (with a sandbox's token), in
 // turns, on kept-alive connections. For a streamed answer it compares the
 // time to the first body byte. Target: at most 1 ms added at p50.
-func BenchmarkGatewayLatency(b *testing.B) {
+func BenchmarkGatewayLatency(b *testing.B) { gatewayLatency(b, "", "") }
+
+// BenchmarkGatewayLatencySet: the same on a set's store (PostgreSQL) with
+// a request budget, so that each call brings the sandbox's counts up to
+// the store's total before its budget check (gateway.refresh): one store
+// round trip more than BenchmarkGatewayLatency's calls make.
+func BenchmarkGatewayLatencySet(b *testing.B) {
+	gatewayLatency(b, testenv.RequirePostgres(b), "budget_requests = 1000000000\n")
+}
+
+// gatewayLatency measures the gateway of a daemon on store (its default
+// when empty) whose provider's table has extra lines.
+func gatewayLatency(b *testing.B, store, extra string) {
 	testenv.RequireDocker(b)
 	up := gatewaytest.New(b)
 	dir := b.TempDir()
@@ -31,10 +43,10 @@ func BenchmarkGatewayLatency(b *testing.B) {
 	if err := os.WriteFile(key, []byte(gatewaytest.OpenAIKey), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	if err := os.WriteFile(providers, []byte(fmt.Sprintf("[[provider]]\nname = \"openai\"\nkind = \"openai\"\nbase_url = \"%s/v1\"\nkey_file = %q\n", up.URL, key)), 0o600); err != nil {
+	if err := os.WriteFile(providers, []byte(fmt.Sprintf("[[provider]]\nname = \"openai\"\nkind = \"openai\"\nbase_url = \"%s/v1\"\nkey_file = %q\n%s", up.URL, key, extra)), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	d := testdaemon.StartWith(b, testdaemon.Options{Args: []string{"--providers-file", providers, "--log-level", "info"}})
+	d := testdaemon.StartWith(b, testdaemon.Options{Store: store, Args: []string{"--providers-file", providers, "--log-level", "info"}})
 	b.Cleanup(d.Close)
 	sb, err := d.C.CreateSandbox(b.Context(), client.CreateSandboxRequest{Gateway: []string{"openai"}, Labels: map[string]string{"bench": "gateway"}})
 	if err != nil {
@@ -111,5 +123,8 @@ func BenchmarkGatewayLatency(b *testing.B) {
 	tb.Note("added at p50: %s ms (JSON), %s ms (time to first streamed byte); p95 added %s ms; target <= 1 ms at p50: %s",
 		Ms(added), Ms(gs.P50-ds.P50), Ms(gj.P95-dj.P95), verdict(added <= time.Millisecond))
 	tb.Note("the gateway's part: token check, budget check, header swap, a second loopback hop, usage parsing as the bytes pass, one audit log line")
+	if store != "" {
+		tb.Note("on PostgreSQL with a request budget: each call reads the set's count first (a store round trip)")
+	}
 	report(b, tb)
 }

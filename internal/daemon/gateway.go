@@ -49,8 +49,10 @@ func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg egre
 		MaxConcurrent: cfg.MaxConcurrent(),
 	}
 	if store.IsPostgresURL(cfg.StoreTarget()) {
-		// Other daemons of the set may revoke a token this gateway knows.
+		// Other daemons of the set may revoke a token this gateway knows,
+		// and count calls against the budgets it checks.
 		opts.Recheck = gateway.DefaultRecheck
+		opts.Shared = true
 	}
 	var addr string
 	ec, onEgressNetwork := eg.(*egress.Controller)

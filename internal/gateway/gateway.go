@@ -74,7 +74,11 @@ type Options struct {
 	// Recheck. 0 never looks again: a daemon alone on its store sees
 	// every revocation itself.
 	Recheck time.Duration
-	Log     *slog.Logger
+	// Shared says other daemons add their counts to the same store (a set
+	// on PostgreSQL): before a budget is checked, the counters are
+	// brought up to the store's total (refresh).
+	Shared bool
+	Log    *slog.Logger
 }
 
 // DefaultRecheck is Options.Recheck for the daemons of a set.
@@ -534,6 +538,24 @@ func (g *Gateway) writeThrough(ctx context.Context, k key, c *counters) {
 	us := []store.GatewayUsage{{SandboxID: k.sandbox, Provider: k.provider, GatewayCounters: delta}}
 	if err := g.add(ctx, us, []*counters{c}, []store.GatewayCounters{at}); err != nil {
 		g.log.Warn("write gateway usage as the call ended; the next flush writes it", "sandbox", k.sandbox, "err", err)
+	}
+}
+
+// refresh brings k's counters up to the store's total before a budget is
+// checked, on a store the daemons of a set share: what this daemon has
+// not written yet is added (nothing, often), and the total the store
+// answers is every daemon's. Without it a daemon saw the others' calls
+// only as of its own last write, so a sandbox whose calls a Service
+// spreads over the set could pass its budget by what the others counted
+// meanwhile. A store that does not answer leaves the counters as they
+// were: the budget is then checked on this daemon's view, as before.
+func (g *Gateway) refresh(ctx context.Context, k key, c *counters) {
+	g.flushMu.Lock()
+	defer g.flushMu.Unlock()
+	delta, at, _ := c.unwritten()
+	us := []store.GatewayUsage{{SandboxID: k.sandbox, Provider: k.provider, GatewayCounters: delta}}
+	if err := g.add(ctx, us, []*counters{c}, []store.GatewayCounters{at}); err != nil {
+		g.log.Warn("read the set's gateway usage before a budget check; checking on this daemon's counts", "sandbox", k.sandbox, "err", err)
 	}
 }
 

@@ -115,6 +115,10 @@ func (p *provider) allowed(method, rest string) bool {
 // pathList is the allowed paths as configured, for error messages.
 func (p *provider) pathList() string { return strings.Join(p.cfg.AllowedPaths(), ", ") }
 
+// budgeted says whether p counts a sandbox's requests or tokens against a
+// budget.
+func (p *provider) budgeted() bool { return p.budgetRequests > 0 || p.budgetTokens > 0 }
+
 func (p *provider) budget() wire.GatewayBudget {
 	return wire.GatewayBudget{Requests: p.budgetRequests, Tokens: p.budgetTokens, RatePerMinute: p.rate}
 }

@@ -89,6 +89,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, start, name, k.sandbox, http.StatusBadRequest, "invalid_argument", err.Error(), nil)
 		return
 	}
+	if g.opts.Shared && p.budgeted() {
+		// On a store other daemons add to, their counts since this
+		// daemon's last write decide the budget too.
+		rctx, cancel := context.WithTimeout(r.Context(), writeThroughTimeout)
+		g.refresh(rctx, k, c)
+		cancel()
+	}
 	if rej := c.admit(p, time.Now(), call.reserve()); rej != nil {
 		if rej.retryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(rej.retryAfter.Seconds()+0.999)))

@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/gateway/gatewaytest"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/testenv"
@@ -75,5 +78,52 @@ func TestUsageAddsAcrossDaemons(t *testing.T) {
 	}
 	if got := stored(); got.Requests != 6 {
 		t.Errorf("store's usage: got %+v, want 6 requests", got)
+	}
+}
+
+// TestBudgetHoldsAcrossDaemons: a sandbox whose calls alternate between
+// two daemons of a set (as a Service in front of their gateways spreads
+// them) gets its request budget, not more: each daemon checks it on the
+// store's total, every daemon's calls in it, not on its own view as of
+// its last write.
+func TestBudgetHoldsAcrossDaemons(t *testing.T) {
+	t.Parallel()
+	url := testenv.RequirePostgres(t)
+	up := gatewaytest.New(t)
+	budget := func(p *config.Provider) { p.BudgetRequests = 3 }
+	shared := func(o *Options) { o.Shared = true }
+	a := newEnvAt(t, url, up, budget, shared)
+	vars := a.grant("sb-1", "openai")
+	b := newEnvAt(t, url, up, budget, shared)
+	var codes []int
+	for i := range 6 {
+		e := a
+		if i%2 == 1 {
+			e = b
+		}
+		resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+vars["OPENAI_API_KEY"], `{}`)
+		codes = append(codes, resp.StatusCode)
+		if resp.StatusCode == http.StatusTooManyRequests && !strings.Contains(body, "budget_exceeded") {
+			t.Errorf("call %d: 429 %s, want budget_exceeded", i, body)
+		}
+	}
+	want := []int{200, 200, 200, 429, 429, 429}
+	if !slices.Equal(codes, want) {
+		t.Errorf("calls alternating between two daemons under a budget of 3 requests: %v, want %v", codes, want)
+	}
+	if got := len(up.Requests()); got != 3 {
+		t.Errorf("the upstream got %d calls, want 3", got)
+	}
+	for _, e := range []*env{a, b} {
+		if err := e.g.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	us, err := a.st.ListGatewayUsage(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(us) != 1 || us[0].Requests != 3 || us[0].Rejected != 3 {
+		t.Errorf("the store's usage: %+v, want 3 requests and 3 rejected", us)
 	}
 }
