@@ -526,19 +526,26 @@ func (g *Gateway) Flush(ctx context.Context) error {
 // it (Flush would have written it up to FlushInterval later, and a SIGKILL
 // before that lost it). A failed write is left to the next Flush.
 func (g *Gateway) writeThrough(ctx context.Context, k key, c *counters) {
+	if err := g.addOne(ctx, k, c, false); err != nil {
+		g.log.Warn("write gateway usage as the call ended; the next flush writes it", "sandbox", k.sandbox, "err", err)
+	}
+}
+
+// addOne adds what k's counters hold unwritten to the store and takes its
+// total back, under flushMu; with nothing unwritten it writes only when
+// always is set (to read the total).
+func (g *Gateway) addOne(ctx context.Context, k key, c *counters, always bool) error {
 	if g.opts.Store == nil {
-		return
+		return nil
 	}
 	g.flushMu.Lock()
 	defer g.flushMu.Unlock()
 	delta, at, ok := c.unwritten()
-	if !ok {
-		return
+	if !ok && !always {
+		return nil
 	}
 	us := []store.GatewayUsage{{SandboxID: k.sandbox, Provider: k.provider, GatewayCounters: delta}}
-	if err := g.add(ctx, us, []*counters{c}, []store.GatewayCounters{at}); err != nil {
-		g.log.Warn("write gateway usage as the call ended; the next flush writes it", "sandbox", k.sandbox, "err", err)
-	}
+	return g.add(ctx, us, []*counters{c}, []store.GatewayCounters{at})
 }
 
 // refresh brings k's counters up to the store's total before a budget is
@@ -550,11 +557,7 @@ func (g *Gateway) writeThrough(ctx context.Context, k key, c *counters) {
 // meanwhile. A store that does not answer leaves the counters as they
 // were: the budget is then checked on this daemon's view, as before.
 func (g *Gateway) refresh(ctx context.Context, k key, c *counters) {
-	g.flushMu.Lock()
-	defer g.flushMu.Unlock()
-	delta, at, _ := c.unwritten()
-	us := []store.GatewayUsage{{SandboxID: k.sandbox, Provider: k.provider, GatewayCounters: delta}}
-	if err := g.add(ctx, us, []*counters{c}, []store.GatewayCounters{at}); err != nil {
+	if err := g.addOne(ctx, k, c, true); err != nil {
 		g.log.Warn("read the set's gateway usage before a budget check; checking on this daemon's counts", "sandbox", k.sandbox, "err", err)
 	}
 }
