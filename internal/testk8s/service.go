@@ -72,8 +72,8 @@ func (s *Service) waitProgrammed(t testing.TB, to netip.AddrPort) {
 		out, err := exec.Command("nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
 		if err == nil && strings.Contains(string(out), entry) {
 			if _, rules, ok := strings.Cut(string(out), chain); ok {
-				rules, _, _ = strings.Cut(rules, "}")
-				if strings.Contains(rules+"}", endpoint) {
+				rules, _, _ = strings.Cut(rules, "\n\t}") // the chain's end
+				if strings.Contains(rules, endpoint) {
 					return
 				}
 			}
