@@ -97,6 +97,9 @@ type Conn struct {
 	budget *semaphore.Weighted
 	// handshakeTimeout is the const; tests shorten it.
 	handshakeTimeout time.Duration
+	// closeTimeout is the sessions' StreamCloseTimeout
+	// (streamCloseTimeout); tests lengthen it.
+	closeTimeout time.Duration
 	// adopting ends the health checks of connections being adopted when
 	// the Conn closes; adopts counts their goroutines, which Close waits
 	// for.
@@ -164,6 +167,7 @@ func makeConn(id string, log *slog.Logger, handshake time.Duration) *Conn {
 		budget:  semaphore.NewWeighted(decodeBudget),
 
 		handshakeTimeout: handshake,
+		closeTimeout:     streamCloseTimeout,
 	}
 	c.adopting, c.stop = context.WithCancel(context.Background())
 	c.transport = &http.Transport{
@@ -284,7 +288,9 @@ func (c *Conn) adopt(nc net.Conn, keepLive bool, handshakeDone func()) {
 	// that trickles (or sends nothing) frees the slot in time.
 	_ = nc.SetDeadline(time.Now().Add(c.handshakeTimeout))
 	g := newGuard(nc)
-	sess, err := yamux.Client(g, yamuxConfig())
+	cfg := yamuxConfig()
+	cfg.StreamCloseTimeout = c.closeTimeout
+	sess, err := yamux.Client(g, cfg)
 	if err != nil {
 		handshakeDone()
 		nc.Close()

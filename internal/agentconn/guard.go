@@ -190,7 +190,13 @@ func (g *guard) scan(b []byte) error {
 	return nil
 }
 
-// stream is a stream the daemon opened; closing it marks it in the guard.
+// stream is a stream the daemon opened. Closing it marks it in the guard
+// and ends its reads: yamux's Close only half-closes, and a Read blocked
+// on the stream (the transport reads a body on the caller's goroutine
+// while a cancel closes the connection) would wait for data the guard now
+// drops, or a FIN the agent may never send, until StreamCloseTimeout. A
+// hostile agent that stalls its answers would have every call a client
+// gave up on hold its handler, buffers and stream that long.
 type stream struct {
 	*yamux.Stream
 	g *guard
@@ -198,6 +204,8 @@ type stream struct {
 
 func (s stream) Close() error {
 	s.g.closeStream(s.StreamID())
+	// A deadline in the past fails blocked and later reads at once.
+	_ = s.Stream.SetReadDeadline(time.Unix(1, 0))
 	return s.Stream.Close()
 }
 

@@ -446,3 +446,56 @@ func TestClosedStreamDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelEndsBodyRead: when a call's context ends while its answer's
+// body is being read, the read returns at once, even though the agent
+// sends nothing more and never closes its end. yamux's own close is a
+// half-close that leaves such a read waiting for the stream's close
+// timeout (an hour here, past the test's limit): with a hostile agent
+// that stalls its answers, every call a client gave up on would hold its
+// API handler, buffers and stream that long (TestHostileAgent saw the
+// daemon's memory double that way).
+func TestCancelEndsBodyRead(t *testing.T) {
+	t.Parallel()
+	c := newConn(t)
+	c.closeTimeout = time.Hour
+	stall := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/stall", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first")
+		w.(http.Flusher).Flush()
+		<-stall // ignores the daemon's close, as a hostile agent would
+	})
+	hostileAgent(t, c, mux)
+	t.Cleanup(func() { close(stall) }) // before the agent's session closes
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/stall", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, len("first"))
+	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "first" {
+		t.Fatalf("the answer's first bytes: %q %v", first, err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := resp.Body.Read(make([]byte, 64))
+		read <- err
+	}()
+	cancel()
+	select {
+	case err := <-read:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the read of a cancelled call's body: got %v, want context.Canceled", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the read of a cancelled call's body still waits a minute after the cancel: it waits for the agent")
+	}
+}
