@@ -35,6 +35,11 @@ serves the DNS resolver the pods are pinned to (their dnsConfig names
 --resolver). It is meant to run on every node as a privileged DaemonSet with
 hostNetwork (docs/kubernetes.md, "Egress"); it needs root, iptables and ipset.
 
+--resolver is the same on every node: the nodes' common gateway on the pod
+network, or, where their gateways differ, a link-local address such as
+169.254.20.53, which egress-node puts on the node's loopback (labelled
+lo:hotcell-dns) and --teardown takes off.
+
 The rules outlive it: stopping it leaves the pods confined, and a new one takes
 them over. To uninstall, once the node has no sandbox pod left, --teardown
 removes the node's rule set (give the same --node, --pod-range and --rules)
@@ -50,6 +55,8 @@ $(HOST_IP)); sandboxes are refused the node's ports in every mode.`,
     --pod-range 10.244.0.0/16 --allow 10.244.0.1:7443
   hotcell egress-node --node "$NODE_NAME" --resolver 10.244.0.1 --pod-range 10.244.0.0/16 \
     --metrics-listen "$HOST_IP:9469"
+  # every node of a multi-node cluster: one resolver address for all
+  hotcell egress-node --node "$NODE_NAME" --resolver 169.254.20.53 --pod-range 10.244.0.0/16
   hotcell egress-node --node "$NODE_NAME" --pod-range 10.244.0.0/16 --teardown
   kubectl -n hotcell apply -f deploy/kubernetes/egress-node-teardown.yaml   # every node`,
 		Args: requireArgs(0, 0, "no arguments"),
@@ -82,11 +89,16 @@ $(HOST_IP)); sandboxes are refused the node's ports in every mode.`,
 					return err
 				}
 				fmt.Fprintf(a.stderr, "removed egress rule set %s of node %s\n", rules, node)
+				// The link-local resolver address, if egress-node put one
+				// on the node.
+				if err := kubeegress.RemoveResolverAddrs(); err != nil {
+					return err
+				}
 				return nil
 			}
 			res, err := netip.ParseAddr(resolver)
 			if err != nil || !res.Is4() {
-				return usageError{fmt.Errorf("--resolver %q must be this node's IPv4 address on the pod network", resolver)}
+				return usageError{fmt.Errorf("--resolver %q must be an IPv4 address: this node's on the pod network, or a link-local one (169.254.0.0/16) the same on every node", resolver)}
 			}
 			for _, s := range allowed {
 				ap, err := netip.ParseAddrPort(s)
@@ -167,7 +179,7 @@ $(HOST_IP)); sandboxes are refused the node's ports in every mode.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account, then $KUBECONFIG)")
 	f.StringVar(&namespace, "namespace", kubernetes.DefaultNamespace, "namespace of the sandboxes' pods")
 	f.StringVar(&node, "node", "", "this node's name (default $NODE_NAME)")
-	f.StringVar(&resolver, "resolver", "", "this node's address on the pod network, where the resolver listens (the daemon's kubernetes egress resolver)")
+	f.StringVar(&resolver, "resolver", "", "where the resolver listens, the daemon's kubernetes_egress_resolver: this node's address on the pod network, or a link-local address (169.254.0.0/16) the same on every node, which egress-node puts on the node's loopback")
 	f.StringVar(&bridge, "bridge", "", "the pod network's bridge on this node, from which IPv6 is dropped (required on a node with IPv6)")
 	f.StringVar(&podRange, "pod-range", "", "the cluster's pod range (other pods are refused as other sandboxes)")
 	f.StringSliceVar(&upstreams, "upstream", nil, "resolver that allowed names are forwarded to, host[:port] (default: /etc/resolv.conf's)")

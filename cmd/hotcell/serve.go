@@ -25,9 +25,10 @@ adopt.
 
 With --driver kubernetes, agents dial the daemon over TLS (agent_channel tcp,
 the default there) at --agent-advertise, an address pods reach; the file's
-[kubernetes] table (or the --kubernetes-* flags) names the cluster. Template
-builds, snapshots, pause, egress modes other than open and the LLM gateway
-are Docker-only for now (docs/kubernetes.md).
+[kubernetes] table (or the --kubernetes-* flags) names the cluster. Egress
+modes other than open need kubernetes_egress_resolver and hotcell egress-node
+on every node; template builds, snapshots and pause are Docker-only for now
+(docs/kubernetes.md).
 
 Every setting can also come from a TOML file (--config or HOTCELL_CONFIG) or a
 HOTCELL_* environment variable; flags win over the environment, which wins

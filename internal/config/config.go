@@ -253,7 +253,7 @@ var settings = []setting{
 		func(c *Config) any { return &c.KubeAgentImage }},
 	{"kubernetes_pull_policy", kindString, "image pull policy of the pods' containers: Always, IfNotPresent or Never (a cluster without a registry)",
 		func(c *Config) any { return &c.KubePullPolicy }},
-	{"kubernetes_egress_resolver", kindString, "address of hotcell egress-node's resolver, which every pod's dnsConfig names, with driver kubernetes: set, every egress mode is served, enforced on each node by hotcell egress-node (a start waits for it); empty, only mode open is served. Every node must answer on it (docs/kubernetes.md, Egress)",
+	{"kubernetes_egress_resolver", kindString, "address of hotcell egress-node's resolver, which every pod's dnsConfig names, with driver kubernetes: set, every egress mode is served, enforced on each node by hotcell egress-node (a start waits for it); empty, only mode open is served. Every node must answer on it: the nodes' common gateway on the pod network, or a link-local address such as 169.254.20.53, which egress-node puts on each node (docs/kubernetes.md, Egress)",
 		func(c *Config) any { return &c.KubeEgressResolver }},
 	{"kubernetes_network_policies", kindBool, "make a NetworkPolicy per sandbox that expresses its egress mode, for clusters whose CNI enforces them, with driver kubernetes",
 		func(c *Config) any { return &c.KubeNetworkPolicies }},

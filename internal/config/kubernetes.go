@@ -82,7 +82,7 @@ func (c *Config) validateDriver(bad func(key string, value any, format string, a
 	}
 	if c.KubeEgressResolver != "" {
 		if a, err := netip.ParseAddr(c.KubeEgressResolver); err != nil || !a.Is4() || a.IsUnspecified() || a.IsLoopback() {
-			return bad("kubernetes_egress_resolver", c.KubeEgressResolver, "must be the IPv4 address every node's hotcell egress-node answers DNS on, such as 10.244.0.1 on the test cluster")
+			return bad("kubernetes_egress_resolver", c.KubeEgressResolver, "must be the IPv4 address every node's hotcell egress-node answers DNS on: the nodes' common gateway on the pod network (10.244.0.1 on the test cluster), or a link-local address such as 169.254.20.53 that egress-node puts on each node")
 		}
 	}
 	if c.KubeGatewayAdvertise != "" {

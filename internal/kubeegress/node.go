@@ -39,8 +39,10 @@ type NodeConfig struct {
 	Namespace string
 	// NodeName is this node's name: only its pods are looked at.
 	NodeName string
-	// Resolver is the node's address the pods' dnsConfig names (the
-	// driver's EgressConfig.Resolver): the resolver listens there, port 53.
+	// Resolver is the address the pods' dnsConfig names (the driver's
+	// EgressConfig.Resolver): the resolver listens there, port 53. It is
+	// the node's own address on the pod network, or a link-local address
+	// that Run puts on the node (EnsureResolverAddr).
 	Resolver netip.Addr
 	// Bridge is the pod network's bridge on the node, from which IPv6 is
 	// dropped; empty on a node without IPv6.
@@ -119,6 +121,15 @@ func PodsOnNode(ctx context.Context, client k8s.Interface, namespace, node strin
 // rules of pods that are gone, until ctx ends. The rules stay when it
 // returns: the pods stay confined while the controller restarts.
 func (n *Node) Run(ctx context.Context) error {
+	// The resolver's address first: the controller binds it. It stays
+	// when Run returns, as the rules do.
+	added, err := EnsureResolverAddr(n.cfg.Resolver)
+	if err != nil {
+		return err
+	}
+	if added {
+		n.log.Info("resolver address put on the node's loopback", "addr", n.cfg.Resolver, "label", ResolverLabel)
+	}
 	if err := n.ctl.Start(ctx); err != nil {
 		n.ctl.Close()
 		return err
@@ -343,7 +354,7 @@ func (nn *nodeNet) set(id string, a netip.Addr) {
 
 func (nn *nodeNet) EnsureNetwork(ctx context.Context, name string, subnet netip.Prefix) (netip.Addr, error) {
 	if !nn.resolver.IsValid() {
-		return netip.Addr{}, errors.New("no resolver address: give the node's address on the pod network")
+		return netip.Addr{}, errors.New("no resolver address: give the node's address on the pod network, or a link-local one")
 	}
 	return nn.resolver, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -54,12 +55,21 @@ type cluster struct {
 	// route is the test internet's prefix, routed into every box's pod
 	// (the test cluster's pods have no default route).
 	route netip.Prefix
-	stop  func() error
+	// resolver is where the pods' DNS goes and the node's resolver
+	// listens: resolverA, or a link-local address.
+	resolver netip.Addr
+	stop     func() error
 }
 
 func newCluster(t *testing.T, upstream string, route netip.Prefix) *cluster {
 	t.Helper()
-	c := newDriver(t, route)
+	return newClusterAt(t, upstream, route, netip.MustParseAddr(resolverA))
+}
+
+// newClusterAt is newCluster with the pods' resolver at resolver.
+func newClusterAt(t *testing.T, upstream string, route netip.Prefix, resolver netip.Addr) *cluster {
+	t.Helper()
+	c := newDriverAt(t, route, resolver)
 	c.ecfg = egress.Config{
 		Network:        "kt-" + randHex(3),
 		Subnet:         netip.MustParsePrefix(podRange),
@@ -82,6 +92,11 @@ func newCluster(t *testing.T, upstream string, route netip.Prefix) *cluster {
 // the agent and busybox images on the node.
 func newDriver(t *testing.T, route netip.Prefix) *cluster {
 	t.Helper()
+	return newDriverAt(t, route, netip.MustParseAddr(resolverA))
+}
+
+func newDriverAt(t *testing.T, route netip.Prefix, resolver netip.Addr) *cluster {
+	t.Helper()
 	testenv.RequireRoot(t, "the node's egress controller changes iptables and ipsets")
 	env := testk8s.Cluster(t)
 	dc := testenv.RequireDocker(t)
@@ -100,14 +115,14 @@ func newDriver(t *testing.T, route netip.Prefix) *cluster {
 		Egress: kubernetes.EgressConfig{
 			NetworkPolicies: true,
 			NodeEnforced:    true,
-			Resolver:        netip.MustParseAddr(resolverA),
+			Resolver:        resolver,
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testk8s.WaitImages(t, d, image, images.AgentRef)
-	return &cluster{env: env, d: d, image: image, route: route}
+	return &cluster{env: env, d: d, image: image, route: route, resolver: resolver}
 }
 
 // startNode runs the node's egress controller until stopNode.
@@ -117,7 +132,7 @@ func (c *cluster) startNode(t *testing.T) {
 		Client:    c.d.Client(),
 		Namespace: c.d.Namespace(),
 		NodeName:  c.env.Node,
-		Resolver:  netip.MustParseAddr(resolverA),
+		Resolver:  c.resolver,
 		Bridge:    bridge,
 		Egress:    c.ecfg,
 		Log:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -182,7 +197,7 @@ func (c *cluster) newBox(t *testing.T, p *wire.EgressPolicy) *box {
 	spec := driver.Spec{ID: id, Image: c.image, HostRunDir: dir, Instance: "kube-egress-test", Egress: p}
 	if p != nil {
 		// What the daemon's hook does (kubeegress.Hook.Prepare).
-		spec.DNS = []netip.Addr{netip.MustParseAddr(resolverA)}
+		spec.DNS = []netip.Addr{c.resolver}
 	}
 	if err := c.d.Create(ctx, spec); err != nil {
 		t.Fatalf("create %s: %v", id, err)
@@ -200,6 +215,10 @@ func (c *cluster) newBox(t *testing.T, p *wire.EgressPolicy) *box {
 		t.Fatal(err)
 	}
 	c.env.RouteInPod(t, pod, c.route, resolverA)
+	if c.resolver != netip.MustParseAddr(resolverA) {
+		// What a real pod's default route to its node does.
+		c.env.RouteInPod(t, pod, netip.PrefixFrom(c.resolver, 32), resolverA)
+	}
 	return &box{id: id, conn: conn, ip: pod.Status.PodIP, pol: p}
 }
 
@@ -617,4 +636,152 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// TestNodeLinkLocalResolver: with a link-local resolver address, the one
+// a multi-node cluster whose nodes have different gateways gives every
+// node, the node's controller puts the address on its dummy interface and
+// answers there. The pods' resolv.conf names it; an allowlist pod
+// resolves and reaches its listed name through it and is refused the
+// rest; a none pod gets no answer; and the address is no way to the
+// node's other ports. Taking the address off leaves the node as it was.
+func TestNodeLinkLocalResolver(t *testing.T) {
+	const linkLocal = "169.254.20.53"
+	resolver := netip.MustParseAddr(linkLocal)
+	testenv.RequireRoot(t, "the node's egress controller changes iptables, ipsets and interfaces")
+	// What a killed run of this test left.
+	if err := kubeegress.RemoveResolverAddr(resolver); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("ip", "-o", "addr", "show", "to", linkLocal+"/32").Output(); err == nil && len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("the host already has %s before the test: %s", linkLocal, out)
+	}
+	in := testk8s.NewInternet(t)
+	up := testk8s.NewUpstream(t, map[string]netip.Addr{"allowed.test": in.Allowed, "other.test": in.Other})
+	c := newClusterAt(t, up, in.Prefix, resolver)
+	t.Cleanup(func() {
+		if err := kubeegress.RemoveResolverAddr(resolver); err != nil {
+			t.Errorf("take the resolver address off: %v", err)
+		}
+		if got := ourLoAddrs(t); got != "" {
+			t.Errorf("the node's loopback still has %s once it was taken off", got)
+		}
+	})
+	name := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"allowed.test:80"}})
+	none := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressNone})
+
+	if got := ourLoAddrs(t); !strings.Contains(got, " "+linkLocal+"/32 ") {
+		t.Fatalf("the node's loopback, %s: %q, want %s", kubeegress.ResolverLabel, got, linkLocal)
+	}
+	if conf, _ := name.sh(t, "cat /etc/resolv.conf"); !strings.Contains(conf, "nameserver "+linkLocal) {
+		t.Errorf("the pod's resolv.conf does not name %s:\n%s", linkLocal, conf)
+	}
+	// nslookup without a server: the pod's own resolv.conf.
+	if got := name.lookup(t, "allowed.test", ""); !slices.Contains(got, in.Allowed.String()) {
+		t.Errorf("allowed.test through the link-local resolver: got %v, want %s", got, in.Allowed)
+	}
+	if !name.reaches(t, in.Allowed, 80) {
+		t.Error("allowed.test's address is not reachable once resolved through the link-local resolver")
+	}
+	if got := name.lookup(t, "other.test", ""); len(got) > 0 {
+		t.Errorf("other.test resolved to %v, want refused", got)
+	}
+	if name.reaches(t, in.Other, 80) {
+		t.Error("an unlisted address is reachable")
+	}
+	if got := none.lookup(t, "allowed.test", ""); len(got) > 0 {
+		t.Errorf("mode none: a lookup answered %v", got)
+	}
+
+	// The resolver's address opens DNS, not the node: a port of the host
+	// on that address stays closed to every mode.
+	ln, err := net.Listen("tcp", linkLocal+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			cn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(cn, "hello from the node\n")
+			cn.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	for _, b := range []*box{name, none} {
+		if out, code := b.sh(t, "nc -w 3 "+linkLocal+" "+itoa(port)+" </dev/null"); code == 0 || strings.Contains(out, "hello from the node") {
+			t.Errorf("mode %s: the node's port %d on the resolver's address answered: %q", b.pol.Mode, port, out)
+		}
+	}
+}
+
+// TestResolverAddrRefused: an address that is neither the node's nor
+// link-local is refused, naming what to give instead, and the node is
+// left as it was.
+func TestResolverAddrRefused(t *testing.T) {
+	testenv.RequireRoot(t, "the check reads the node's addresses by netlink")
+	for _, a := range []string{"203.0.113.77", "10.255.254.253"} {
+		added, err := kubeegress.EnsureResolverAddr(netip.MustParseAddr(a))
+		if err == nil || added || !strings.Contains(err.Error(), "link-local") {
+			t.Errorf("resolver %s: added %v, err %v; want refused with a word on link-local addresses", a, added, err)
+		}
+		if out, _ := exec.Command("ip", "-o", "addr", "show", "to", a+"/32").Output(); len(strings.TrimSpace(string(out))) > 0 {
+			t.Errorf("resolver %s: the host has it after the refusal: %s", a, out)
+		}
+	}
+}
+
+// TestResolverAddrLink: a link-local address the node lacks goes on its
+// loopback, once however often it is asked for, with link scope and
+// egress-node's label; taking it off leaves none, and a teardown's taking
+// off of every labelled address leaves the node's own.
+func TestResolverAddrLink(t *testing.T) {
+	testenv.RequireRoot(t, "the resolver's address goes on an interface of the host")
+	a := netip.MustParseAddr("169.254.20.54")
+	if err := kubeegress.RemoveResolverAddr(a); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kubeegress.RemoveResolverAddr(a) })
+	for i, want := range []bool{true, false} {
+		added, err := kubeegress.EnsureResolverAddr(a)
+		if err != nil || added != want {
+			t.Fatalf("ask %d: added %v, err %v; want added %v", i+1, added, err, want)
+		}
+	}
+	if got := ourLoAddrs(t); strings.Count(got, " inet ") != 1 || !strings.Contains(got, " "+a.String()+"/32 scope link ") {
+		t.Fatalf("the node's loopback, %s: %q; want %s/32 once, scope link", kubeegress.ResolverLabel, got, a)
+	}
+	// Something listens there: the node has the address.
+	ln, err := net.ListenPacket("udp", a.String()+":0")
+	if err != nil {
+		t.Fatalf("listen on the resolver's address: %v", err)
+	}
+	ln.Close()
+	if err := kubeegress.RemoveResolverAddr(a); err != nil {
+		t.Fatal(err)
+	}
+	if got := ourLoAddrs(t); got != "" {
+		t.Errorf("the node's loopback still has %s once it was taken off", got)
+	}
+	// The node's own loopback addresses are never egress-node's to take.
+	if err := kubeegress.RemoveResolverAddrs(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command("ip", "-o", "addr", "show", "dev", "lo", "to", "127.0.0.1/8").Output(); !strings.Contains(string(out), "127.0.0.1") {
+		t.Errorf("the node's loopback lost 127.0.0.1: %s", out)
+	}
+}
+
+// ourLoAddrs is what `ip` lists of the loopback addresses labelled as
+// egress-node's.
+func ourLoAddrs(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "addr", "show", "dev", "lo", "label", kubeegress.ResolverLabel).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip addr show: %s %v", out, err)
+	}
+	return strings.TrimSpace(string(out))
 }
