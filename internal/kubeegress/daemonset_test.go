@@ -27,6 +27,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/egress"
+	"github.com/hotcell/hotcell/internal/kubeegress"
 	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/testk8s"
 	"github.com/hotcell/hotcell/internal/wire"
@@ -53,6 +54,10 @@ const dsImage = "hotcell/hotcell:test-egress-node"
 // (egress.TeardownConfig), as an uninstall would, leaving nothing of the
 // test in iptables or ipset.
 //
+// The pods' resolver is a link-local address, as on a cluster whose nodes
+// have different gateways: the DaemonSet's pod puts it on the node's
+// loopback, the sandboxes' DNS goes there, and the teardown takes it off.
+//
 // The pod runs with hostNetwork beside other tests' controllers on this
 // host: its rule set has a name of its own (--rules), so its chains, sets
 // and denial log group are not theirs; its resolver takes the address
@@ -61,7 +66,11 @@ const dsImage = "hotcell/hotcell:test-egress-node"
 func TestDaemonSetEnforces(t *testing.T) {
 	in := testk8s.NewInternet(t) // the host-wide lock first
 	up := testk8s.NewUpstream(t, map[string]netip.Addr{"allowed.test": in.Allowed, "other.test": in.Other})
-	c := newDriver(t, in.Prefix)
+	resolver := netip.MustParseAddr(dsResolver)
+	if err := kubeegress.RemoveResolverAddr(resolver); err != nil { // a killed run's
+		t.Fatal(err)
+	}
+	c := newDriverAt(t, in.Prefix, resolver)
 	ns := c.d.Namespace()
 	ctx := t.Context()
 	image := testenv.HotcellImage(t, dsImage)
@@ -76,7 +85,7 @@ func TestDaemonSetEnforces(t *testing.T) {
 	rules := "kd-" + randHex(3)
 	metricsPort := freePort(t, c.env.HostIP)
 	objs := renderManifest(t, c.env, image, metricsPort, []string{
-		"--resolver=" + resolverA, "--pod-range=" + podRange, "--bridge=" + bridge,
+		"--resolver=" + dsResolver, "--pod-range=" + podRange, "--bridge=" + bridge,
 		"--allow=" + allowed.String(), "--upstream=" + up, "--rules=" + rules,
 	})
 	ecfg := egress.Config{Network: rules, Subnet: netip.MustParsePrefix(podRange), Node: true}
@@ -87,6 +96,9 @@ func TestDaemonSetEnforces(t *testing.T) {
 		deleteDaemonSet(t, c.env, ns)
 		if err := egress.TeardownConfig(ecfg); err != nil {
 			t.Errorf("egress teardown: %v", err)
+		}
+		if err := kubeegress.RemoveResolverAddr(resolver); err != nil {
+			t.Errorf("take the resolver's address off: %v", err)
 		}
 	})
 	if _, err := c.env.Kubectl(ctx, bytes.NewReader(objs), "-n", ns, "apply", "-f", "-"); err != nil {
@@ -104,6 +116,11 @@ func TestDaemonSetEnforces(t *testing.T) {
 
 	none := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressNone})
 	byName := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"allowed.test:80"}})
+	// The pod is ready once it runs (it has no probe); a policy applied
+	// is after the controller's start, which put the address on.
+	if got := ourLoAddrs(t); !strings.Contains(got, " "+dsResolver+"/32 ") {
+		t.Errorf("the node's loopback, %s, once the DaemonSet applied a policy: %q, want %s", kubeegress.ResolverLabel, got, dsResolver)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := c.env.Kubectl(context.Background(), nil, "-n", ns, "logs", "daemonset/hotcell-egress-node")
@@ -135,13 +152,13 @@ func TestDaemonSetEnforces(t *testing.T) {
 	if none.reaches(t, in.Allowed, 80) {
 		t.Error("none: the test internet is reachable")
 	}
-	if got := none.lookup(t, "allowed.test", resolverA); len(got) > 0 {
+	if got := none.lookup(t, "allowed.test", dsResolver); len(got) > 0 {
 		t.Errorf("none: a lookup was answered: %v", got)
 	}
 	if byName.reaches(t, in.Allowed, 80) {
 		t.Error("allowlist: allowed.test's address is reachable before it was resolved")
 	}
-	if got := byName.lookup(t, "allowed.test", resolverA); !slices.Contains(got, in.Allowed.String()) {
+	if got := byName.lookup(t, "allowed.test", dsResolver); !slices.Contains(got, in.Allowed.String()) {
 		t.Errorf("allowlist: allowed.test through the DaemonSet's resolver: got %v, want %s", got, in.Allowed)
 	}
 	if !byName.reaches(t, in.Allowed, 80) {
@@ -150,7 +167,7 @@ func TestDaemonSetEnforces(t *testing.T) {
 	if byName.reaches(t, in.Other, 80) {
 		t.Error("allowlist: an unlisted address is reachable")
 	}
-	if got := byName.lookup(t, "other.test", resolverA); len(got) > 0 {
+	if got := byName.lookup(t, "other.test", dsResolver); len(got) > 0 {
 		t.Errorf("allowlist: an unlisted name was answered: %v", got)
 	}
 
@@ -260,6 +277,9 @@ func TestDaemonSetEnforces(t *testing.T) {
 	}
 	if got := hotcellObjects(t, base); len(got) > 0 {
 		t.Errorf("after the teardown, still there: %v", got)
+	}
+	if got := ourLoAddrs(t); got != "" {
+		t.Errorf("after the teardown, the node's loopback still has %s", got)
 	}
 	deleteDaemonSet(t, c.env, ns, "hotcell-egress-node-teardown")
 }

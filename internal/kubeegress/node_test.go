@@ -41,6 +41,10 @@ const (
 	bridge    = "hck8s0"
 	podRange  = "10.244.0.0/16"
 	resolverA = "10.244.0.1"
+	// dsResolver is the link-local resolver address of the tests that
+	// have the node's controller put it on the node (one at a time: they
+	// hold the test internet's lock).
+	dsResolver = "169.254.20.53"
 )
 
 // cluster is a driver that asks the node's egress controller for every
@@ -646,17 +650,17 @@ func randHex(n int) string {
 // rest; a none pod gets no answer; and the address is no way to the
 // node's other ports. Taking the address off leaves the node as it was.
 func TestNodeLinkLocalResolver(t *testing.T) {
-	const linkLocal = "169.254.20.53"
+	const linkLocal = dsResolver
 	resolver := netip.MustParseAddr(linkLocal)
-	testenv.RequireRoot(t, "the node's egress controller changes iptables, ipsets and interfaces")
-	// What a killed run of this test left.
+	testenv.RequireRoot(t, "the node's egress controller changes iptables, ipsets and the node's addresses")
+	in := testk8s.NewInternet(t) // the host-wide lock first
+	// What a killed run of a test on this address left.
 	if err := kubeegress.RemoveResolverAddr(resolver); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("ip", "-o", "addr", "show", "to", linkLocal+"/32").Output(); err == nil && len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("the host already has %s before the test: %s", linkLocal, out)
 	}
-	in := testk8s.NewInternet(t)
 	up := testk8s.NewUpstream(t, map[string]netip.Addr{"allowed.test": in.Allowed, "other.test": in.Other})
 	c := newClusterAt(t, up, in.Prefix, resolver)
 	t.Cleanup(func() {
