@@ -49,7 +49,9 @@ sandboxes' namespace.
 With --metrics-listen it serves Prometheus metrics at /metrics there: the
 egress counters of each sandbox on this node (dropped packets and bytes,
 refused and answered DNS queries, logged denials), named and labelled as the
-daemon's for Docker boxes. Bind it to the node's address (the manifest uses
+daemon's for Docker boxes; and its readiness at /readyz (200 once the resolver,
+the rules and a first pass over the node's pods are done, else 503: the
+manifest's readiness probe). Bind it to the node's address (the manifest uses
 $(HOST_IP)); sandboxes are refused the node's ports in every mode.`,
 		Example: `  hotcell egress-node --node "$NODE_NAME" --resolver 10.244.0.1 --bridge cni0 \
     --pod-range 10.244.0.0/16 --allow 10.244.0.1:7443
@@ -188,7 +190,7 @@ $(HOST_IP)); sandboxes are refused the node's ports in every mode.`,
 	f.StringVar(&rules, "rules", "", "name of this node's rule set, which its chains, sets and denial log group are keyed by (default k8s-<node>); only two controllers on one node, such as tests beside a real one, need different ones")
 	f.BoolVar(&teardown, "teardown", false, "remove this node's rule set (chains and sets) and exit, to uninstall once no sandbox pod is left (refused while the API server lists one on this node)")
 	f.BoolVar(&force, "force", false, "with --teardown: remove the rules even though sandbox pods still run on this node (they are no longer confined)")
-	f.StringVar(&metricsAddr, "metrics-listen", "", "serve Prometheus metrics (this node's sandboxes' egress counters) at http://ADDR/metrics, host:port; empty: none")
+	f.StringVar(&metricsAddr, "metrics-listen", "", "serve Prometheus metrics (this node's sandboxes' egress counters) at http://ADDR/metrics and readiness at /readyz, host:port; empty: none")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
 }

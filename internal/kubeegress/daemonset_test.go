@@ -113,14 +113,14 @@ func TestDaemonSetEnforces(t *testing.T) {
 	if len(dsPods) != 1 || dsPods[0].Spec.NodeName != c.env.Node {
 		t.Fatalf("the DaemonSet's pods: %d, want one on %s", len(dsPods), c.env.Node)
 	}
+	// Ready (its probe, /readyz) means the controller is up, and so has
+	// put the resolver's address on: a rollout that waits, waits for that.
+	if got := ourLoAddrs(t); !strings.Contains(got, " "+dsResolver+"/32 ") {
+		t.Errorf("the node's loopback, %s, once the DaemonSet's pod is ready: %q, want %s", kubeegress.ResolverLabel, got, dsResolver)
+	}
 
 	none := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressNone})
 	byName := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"allowed.test:80"}})
-	// The pod is ready once it runs (it has no probe); a policy applied
-	// is after the controller's start, which put the address on.
-	if got := ourLoAddrs(t); !strings.Contains(got, " "+dsResolver+"/32 ") {
-		t.Errorf("the node's loopback, %s, once the DaemonSet applied a policy: %q, want %s", kubeegress.ResolverLabel, got, dsResolver)
-	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := c.env.Kubectl(context.Background(), nil, "-n", ns, "logs", "daemonset/hotcell-egress-node")

@@ -1,6 +1,7 @@
 package kubeegress
 
 import (
+	"io"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,6 +10,7 @@ import (
 )
 
 // MetricsHandler serves the node's metrics in the Prometheus text format
+// at /metrics, and its readiness at /readyz (200 once Ready, else 503)
 // (hotcell egress-node --metrics-listen): the egress counters of each
 // sandbox whose pod is on this node, under the names and labels the
 // daemon uses for its Docker boxes (hotcell_egress_*_total{sandbox}),
@@ -34,6 +36,15 @@ func (n *Node) MetricsHandler() http.Handler {
 		}),
 	)
 	mux := http.NewServeMux()
+	// The DaemonSet's readiness probe: a rollout waits until the node
+	// enforces.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !n.Ready() {
+			http.Error(w, "not ready: the egress controller is not up (its resolver, its rules, a first pass over the node's pods)", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		// A chain that cannot be read must not fail the whole scrape.
 		ErrorHandling:       promhttp.ContinueOnError,

@@ -16,6 +16,7 @@ import (
 	"maps"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,10 +64,19 @@ type Node struct {
 	net  *nodeNet
 	kick chan struct{}
 
+	// ready is set once Run has the resolver's address, the rules and the
+	// resolver up and has been through the node's pods once (Ready).
+	ready atomic.Bool
+
 	mu sync.Mutex
 	// known are the pods whose policy is in force: sandbox id → what.
 	known map[string]applied
 }
+
+// Ready reports whether Run is up: the resolver answers on its address,
+// the node's rules are in, and every hotcell pod the API server listed on
+// the node at the start has been through an apply.
+func (n *Node) Ready() bool { return n.ready.Load() }
 
 type applied struct {
 	uid    types.UID
@@ -160,6 +170,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
 		return ctx.Err()
 	}
+	defer n.ready.Store(false)
 	pruned := false
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
@@ -168,6 +179,7 @@ func (n *Node) Run(ctx context.Context) error {
 	for {
 		failed := n.sync(ctx, store, !pruned)
 		pruned = true
+		n.ready.Store(true)
 		if failed {
 			retry.Reset(2 * time.Second)
 		}

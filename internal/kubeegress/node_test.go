@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -719,6 +721,22 @@ func TestNodeLinkLocalResolver(t *testing.T) {
 		if out, code := b.sh(t, "nc -w 3 "+linkLocal+" "+itoa(port)+" </dev/null"); code == 0 || strings.Contains(out, "hello from the node") {
 			t.Errorf("mode %s: the node's port %d on the resolver's address answered: %q", b.pol.Mode, port, out)
 		}
+	}
+
+	// The readiness the DaemonSet's probe reads: ready while the
+	// controller runs, not once it stopped.
+	h := c.node.MetricsHandler()
+	readyz := func() (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := readyz(); code != http.StatusOK {
+		t.Errorf("/readyz of a running controller: %d %q, want 200", code, body)
+	}
+	c.stopNode(t)
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "not ready") {
+		t.Errorf("/readyz of a stopped controller: %d %q, want 503 saying it is not ready", code, body)
 	}
 }
 
