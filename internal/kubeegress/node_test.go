@@ -646,7 +646,7 @@ func randHex(n int) string {
 
 // TestNodeLinkLocalResolver: with a link-local resolver address, the one
 // a multi-node cluster whose nodes have different gateways gives every
-// node, the node's controller puts the address on its dummy interface and
+// node, the node's controller puts the address on the node's loopback and
 // answers there. The pods' resolv.conf names it; an allowlist pod
 // resolves and reaches its listed name through it and is refused the
 // rest; a none pod gets no answer; and the address is no way to the
