@@ -210,6 +210,39 @@ func TestReconcileBehindTheBack(t *testing.T) {
 	}
 }
 
+// TestReconcileStoppedThenRemoved: a box removed by force is killed
+// first; a pass that sees it in between records it stopped (exit 137),
+// and a later pass, finding it gone, marks it an error once, as for a
+// running one. A stopped box still there is left stopped.
+func TestReconcileStoppedThenRemoved(t *testing.T) {
+	t.Parallel()
+	m, drv, _ := newTestManager(t, LifecycleOptions{OrphanGrace: time.Hour})
+	ctx := t.Context()
+	removed, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
+	kept, _ := m.Create(ctx, wire.CreateSandboxRequest{Image: "x"}, CreateOptions{})
+	drv.Kill(removed.ID, false)
+	drv.Kill(kept.ID, false)
+	m.reconcile(ctx)
+	for _, id := range []string{removed.ID, kept.ID} {
+		if sb, _ := m.Get(ctx, id); sb.State != wire.StateStopped {
+			t.Fatalf("%s after its kill: %s %q, want stopped", id, sb.State, sb.Error)
+		}
+	}
+	_ = drv.Destroy(ctx, removed.ID)
+	m.reconcile(ctx)
+	m.reconcile(ctx)
+	sb, err := m.Get(ctx, removed.ID)
+	if err != nil || sb.State != wire.StateError || !strings.Contains(sb.Error, "removed behind the daemon's back") {
+		t.Errorf("a stopped sandbox whose box went: %s %q %v, want error, removed behind the daemon's back", sb.State, sb.Error, err)
+	}
+	if got := strings.Join(eventTypes(t, m, removed.ID), ","); got != "created,stopped,error" {
+		t.Errorf("its events: %s, want created,stopped,error", got)
+	}
+	if sb, _ := m.Get(ctx, kept.ID); sb.State != wire.StateStopped {
+		t.Errorf("a stopped sandbox whose box is there: %s %q, want stopped", sb.State, sb.Error)
+	}
+}
+
 func TestReconcileEngineRestart(t *testing.T) {
 	t.Parallel()
 	for _, policy := range []string{EngineRestartRestart, EngineRestartMark} {

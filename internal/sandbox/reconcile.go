@@ -255,6 +255,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 		return
 	}
 	starts := m.newStartCheck(ctx)
+	var boxes boxListing
 	for _, sb := range recs {
 		if sb.State == wire.StateDestroyed {
 			// A destroy answered whose removal failed (or is under way:
@@ -277,6 +278,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 			if starts != nil {
 				m.reconcileStart(ctx, starts, sb.ID)
 			}
+			m.reconcileStopped(ctx, &boxes, sb.ID)
 			continue
 		}
 		if sb.State != wire.StateRunning && sb.State != wire.StatePaused {
@@ -285,6 +287,59 @@ func (m *Manager) reconcile(ctx context.Context) {
 		m.reconcileOne(ctx, sb.ID, restarted)
 	}
 	m.reconcileOrphans(ctx, time.Now().UTC())
+}
+
+// boxListing is the driver's listing of boxes, read at most once a
+// reconcile pass and only when a stopped record needs it.
+type boxListing struct {
+	read bool
+	ids  map[string]bool
+	err  error
+}
+
+func (l *boxListing) has(ctx context.Context, drv driver.Driver, id string) (bool, error) {
+	if !l.read {
+		l.read = true
+		var sts []driver.Status
+		if sts, l.err = drv.List(ctx); l.err == nil {
+			l.ids = make(map[string]bool, len(sts))
+			for _, st := range sts {
+				l.ids[st.ID] = true
+			}
+		}
+	}
+	return l.ids[id], l.err
+}
+
+// reconcileStopped marks a stopped sandbox whose box was removed behind
+// the daemon's back, as Recover does at a start: a box removed by force
+// (docker rm -f) is killed first, and a pass that sees it in between
+// records it stopped (exit 137), after which nothing looked at it again
+// and its record claimed a box that a start would not find. One listing
+// a pass finds the candidates; Inspect, under the sandbox's lock, makes
+// sure.
+func (m *Manager) reconcileStopped(ctx context.Context, boxes *boxListing, id string) {
+	if listed, err := boxes.has(ctx, m.drv, id); err != nil || listed {
+		return
+	}
+	unlock, ok := m.lockNow(ctx, id)
+	if !ok {
+		return
+	}
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil || sb.State != wire.StateStopped || sb.Pool != "" {
+		return
+	}
+	st, err := m.drv.Inspect(ctx, id)
+	if err != nil || st.State != driver.BoxMissing {
+		return
+	}
+	reason := "its container was removed behind the daemon's back"
+	m.log.Warn("box of stopped sandbox vanished", "sandbox", id)
+	if _, err := m.setState(ctx, sb, wire.StateError, reason); err == nil {
+		m.Event(ctx, id, wire.SandboxEventError, reason, nil)
+	}
 }
 
 // probeEngine asks whether the engine answers a new connection. A driver
