@@ -188,7 +188,10 @@ func TestHostileBackupEndlessTar(t *testing.T) {
 			if _, err := d.C.WriteFile(ctx, sb.ID, "/workspace/tarbomb", bin, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			mustOK(t, run(t, d, sb.ID, `/workspace/tarbomb `+tc.mode+` >/tmp/bomb.log 2>&1 </dev/null &`), "start the bomb")
+			// A second late: the bomb takes the agent's session as soon as
+			// it runs, and the exec that starts it must have its answer
+			// from the real agent first (it once got the bomb's).
+			mustOK(t, run(t, d, sb.ID, `(sleep 1; exec /workspace/tarbomb `+tc.mode+`) >/tmp/bomb.log 2>&1 </dev/null &`), "start the bomb")
 			// The bomb and the real agent hold the session in turns: back
 			// up until the bomb is the one that answers.
 			var err2 error
