@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -66,7 +67,13 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		out = append(out, metricOf(sb, st))
+		// A sample whose CPU or memory the backend could not read yet (a
+		// pod's first seconds, before the kubelet's first look) would
+		// claim zeros as readings: there is no sample yet, as on E2B
+		// before its first collection.
+		if !slices.Contains(st.Unavailable, "memory.usage") && !slices.Contains(st.Unavailable, "cpu.usage") {
+			out = append(out, metricOf(sb, st))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

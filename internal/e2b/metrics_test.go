@@ -73,3 +73,24 @@ func TestMetrics(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestMetricsNotReadYet: a sample whose memory or CPU the backend could
+// not read yet (a pod the kubelet has not looked at) is no sample, not
+// one of zeros.
+func TestMetricsNotReadYet(t *testing.T) {
+	for _, missing := range []string{"memory.usage", "cpu.usage"} {
+		f := newFake()
+		s := New(Options{Sandboxes: f, Secret: []byte("s"), Token: "key", DefaultImage: "hotcell/base:latest",
+			Stats: fakeStats{wire.SandboxStats{Time: time.Now(), Unavailable: []string{"network", missing}}}})
+		hs := httptest.NewServer(s.Handler())
+		var sb sandboxJSON
+		if st, _, body := call(t, hs, "POST", "/v2/sandboxes", `{"templateID":"base"}`, &sb); st != 201 {
+			t.Fatalf("create: %d %s", st, body)
+		}
+		var ms []sandboxMetric
+		if st, _, body := call(t, hs, "GET", "/sandboxes/"+sb.SandboxID+"/metrics", "", &ms); st != 200 || body != "[]" {
+			t.Errorf("%s unavailable: %d %s, want []", missing, st, body)
+		}
+		hs.Close()
+	}
+}
