@@ -71,7 +71,7 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) error {
 		// pod's first seconds, before the kubelet's first look) would
 		// claim zeros as readings: there is no sample yet, as on E2B
 		// before its first collection.
-		if !slices.Contains(st.Unavailable, "memory.usage") && !slices.Contains(st.Unavailable, "cpu.usage") {
+		if !slices.Contains(st.Unavailable, wire.StatMemoryUsage) && !slices.Contains(st.Unavailable, wire.StatCPUUsage) {
 			out = append(out, metricOf(sb, st))
 		}
 	}

@@ -264,7 +264,7 @@ func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descCPUSeconds, prometheus.CounterValue, float64(st.CPU.UsageNs)/1e9, id)
 			ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(st.Memory.UsageBytes), id)
 			ch <- prometheus.MustNewConstMetric(descMemoryLimit, prometheus.GaugeValue, float64(st.Memory.LimitBytes), id)
-			if !slices.Contains(st.Unavailable, "pids.current") {
+			if !slices.Contains(st.Unavailable, wire.StatPidsCurrent) {
 				ch <- prometheus.MustNewConstMetric(descPids, prometheus.GaugeValue, float64(st.Pids.Current), id)
 			}
 			ch <- prometheus.MustNewConstMetric(descRx, prometheus.CounterValue, float64(st.Network.RxBytes), id)

@@ -22,6 +22,15 @@ type SandboxStats struct {
 	Unavailable []string `json:"unavailable,omitempty"`
 }
 
+// The names of counters in SandboxStats.Unavailable.
+const (
+	StatCPUUsage    = "cpu.usage"
+	StatMemoryUsage = "memory.usage"
+	StatNetwork     = "network"
+	StatPidsCurrent = "pids.current"
+	StatPidsLimit   = "pids.limit"
+)
+
 // CPUStats is CPU use; 100 percent is one core fully busy.
 type CPUStats struct {
 	// Percent is the average over the window since an earlier sample of

@@ -45,4 +45,4 @@ func (d *Driver) isGVisor(e string) bool {
 
 // UnavailableGVisor are the counters a gVisor box's stats cannot give
 // (wire.SandboxStats.Unavailable).
-var UnavailableGVisor = []string{"pids.current", "pids.limit"}
+var UnavailableGVisor = []string{wire.StatPidsCurrent, wire.StatPidsLimit}

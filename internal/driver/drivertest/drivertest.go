@@ -212,10 +212,10 @@ func testStats(t *testing.T, h Harness) {
 	waitAgent(t, conn, "after start")
 	r, err := st.Stats(ctx, s.ID)
 	// A counter the runtime cannot give is listed, not a reading (gVisor's pids).
-	if err != nil || r.Read.IsZero() || (r.Pids < 1 && !slices.Contains(r.Unavailable, "pids.current")) {
+	if err != nil || r.Read.IsZero() || (r.Pids < 1 && !slices.Contains(r.Unavailable, wire.StatPidsCurrent)) {
 		t.Errorf("stats of a running box: got %+v, %v; want a reading with at least its agent's process", r, err)
 	}
-	if r.Pids != 0 && slices.Contains(r.Unavailable, "pids.current") {
+	if r.Pids != 0 && slices.Contains(r.Unavailable, wire.StatPidsCurrent) {
 		t.Errorf("stats of a running box: pids %d is listed unavailable; want 0", r.Pids)
 	}
 	must(t, "stop", d.Stop(ctx, s.ID, 10*time.Second))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
 )
 
 var _ driver.Statter = (*Driver)(nil)
@@ -77,12 +78,12 @@ func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 			st.Read = c.Time
 			st.CPUUsageNs = *c.UsageCoreNanoSeconds
 		} else {
-			st.Unavailable = append(st.Unavailable, "cpu.usage")
+			st.Unavailable = append(st.Unavailable, wire.StatCPUUsage)
 		}
 		if m := ps.Memory; m != nil && m.WorkingSetBytes != nil {
 			st.MemoryBytes = int64(*m.WorkingSetBytes)
 		} else {
-			st.Unavailable = append(st.Unavailable, "memory.usage")
+			st.Unavailable = append(st.Unavailable, wire.StatMemoryUsage)
 		}
 		if n := ps.Network; n != nil {
 			for _, i := range n.Interfaces {
@@ -96,23 +97,23 @@ func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 		} else {
 			// The kubelet reads a pod's network through its runtime; some
 			// (containerd 1.6 on cgroup v1, the test cluster) give none.
-			st.Unavailable = append(st.Unavailable, "network")
+			st.Unavailable = append(st.Unavailable, wire.StatNetwork)
 		}
 		if pr := ps.ProcessStats; pr != nil && pr.ProcessCount != nil {
 			st.Pids = int64(*pr.ProcessCount)
 		} else {
-			st.Unavailable = append(st.Unavailable, "pids.current")
+			st.Unavailable = append(st.Unavailable, wire.StatPidsCurrent)
 		}
 		// A pod has no pids limit of its own (the kubelet's podPidsLimit
 		// is the node's).
-		st.Unavailable = append(st.Unavailable, "pids.limit")
+		st.Unavailable = append(st.Unavailable, wire.StatPidsLimit)
 		return st, nil
 	}
 	// A pod the kubelet has not read yet (it reads every few seconds):
 	// nothing to give but the limit.
 	return driver.Stats{
 		Read: time.Now(), MemoryLimitBytes: memoryLimit(p),
-		Unavailable: []string{"cpu.usage", "memory.usage", "network", "pids.current", "pids.limit"},
+		Unavailable: []string{wire.StatCPUUsage, wire.StatMemoryUsage, wire.StatNetwork, wire.StatPidsCurrent, wire.StatPidsLimit},
 	}, nil
 }
 
