@@ -183,6 +183,7 @@ func buildInContainer(ctx context.Context, c *client.Client, from, ref, script s
 	case err := <-wait.Error:
 		return fmt.Errorf("build image %s: wait for build container: %w", ref, err)
 	}
+	old := imageID(ctx, c, ref)
 	_, err = c.ContainerCommit(ctx, cr.ID, client.ContainerCommitOptions{
 		Reference: ref,
 		Changes:   append(append([]string(nil), commonChanges...), changes...),
@@ -190,6 +191,7 @@ func buildInContainer(ctx context.Context, c *client.Client, from, ref, script s
 	if err != nil {
 		return fmt.Errorf("build image %s: commit: %w", ref, err)
 	}
+	dropReplaced(ctx, c, ref, old)
 	return nil
 }
 

@@ -138,9 +138,11 @@ func BuildHotcell(ctx context.Context, c *client.Client, ref, binary string, pro
 	changes := append(append([]string(nil), commonChanges...),
 		"LABEL "+LabelHotcellBinary+"="+sum,
 		`ENTRYPOINT ["`+HotcellBinary+`"]`, `CMD ["--help"]`, "WORKDIR /")
+	old := imageID(ctx, c, ref)
 	if _, err := c.ContainerCommit(ctx, cr.ID, client.ContainerCommitOptions{Reference: ref, Changes: changes}); err != nil {
 		return fmt.Errorf("build image %s: commit: %w", ref, err)
 	}
+	dropReplaced(ctx, c, ref, old)
 	return nil
 }
 

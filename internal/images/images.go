@@ -41,6 +41,7 @@ var commonChanges = []string{
 // importTar streams the tar that write produces into the engine as image
 // ref, without holding it in memory or on disk.
 func importTar(ctx context.Context, c *client.Client, ref string, changes []string, write func(io.Writer) error) error {
+	old := imageID(ctx, c, ref)
 	pr, pw := io.Pipe()
 	go func() {
 		// Closing with the error makes ImageImport's upload fail instead of
@@ -58,7 +59,31 @@ func importTar(ctx context.Context, c *client.Client, ref string, changes []stri
 		pr.CloseWithError(err)
 		return fmt.Errorf("import image %s: %w", ref, err)
 	}
+	dropReplaced(ctx, c, ref, old)
 	return nil
+}
+
+// imageID returns the id of the image ref names, or "" when it names
+// none (or the engine does not answer).
+func imageID(ctx context.Context, c *client.Client, ref string) string {
+	img, err := c.ImageInspect(ctx, ref)
+	if err != nil {
+		return ""
+	}
+	return img.ID
+}
+
+// dropReplaced removes old, the image ref named before a build, once the
+// build has moved ref to another: without it every rebuild of an image
+// (the agent's, the hotcell image, at each test run or binary change)
+// left the one it replaced behind, untagged. An image still in use (a
+// container, a child image, another tag) is kept: the engine refuses,
+// and that is not an error.
+func dropReplaced(ctx context.Context, c *client.Client, ref, old string) {
+	if old == "" || imageID(ctx, c, ref) == old {
+		return
+	}
+	_, _ = c.ImageRemove(ctx, old, client.ImageRemoveOptions{})
 }
 
 // readMessages drains an engine JSON message stream and returns the first

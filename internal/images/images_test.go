@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -91,6 +92,60 @@ func TestBuildBusybox(t *testing.T) {
 	}
 	if in.Config == nil || in.Config.Labels[images.LabelImage] != "true" {
 		t.Errorf("label %s: got %v", images.LabelImage, in.Config)
+	}
+}
+
+// TestRebuildDropsReplaced: a rebuild that moves a tag removes the image
+// it moved it from, unless a container still uses that image.
+func TestRebuildDropsReplaced(t *testing.T) {
+	t.Parallel()
+	c := testenv.RequireDocker(t)
+	ctx := t.Context()
+	ref := tempRef(t, c, "hotcell/test-rebuild")
+	build := func() string {
+		t.Helper()
+		if err := images.BuildBusybox(ctx, c, ref); err != nil {
+			t.Fatalf("build: %v", err)
+		}
+		img, err := c.ImageInspect(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = c.ImageRemove(context.Background(), img.ID, client.ImageRemoveOptions{Force: true})
+		})
+		return img.ID
+	}
+	exists := func(id string) bool {
+		t.Helper()
+		_, err := c.ImageInspect(ctx, id)
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	first := build()
+	// A container of the first image (created, never started) holds it.
+	cr, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{Image: first, Config: &container.Config{Cmd: []string{"true"}, Labels: map[string]string{"hotcell.test": "images"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := build()
+	if second == first {
+		t.Fatalf("the rebuild made the same image %s", first)
+	}
+	if !exists(first) {
+		t.Error("the replaced image was removed while a container uses it")
+	}
+	if _, err := c.ContainerRemove(ctx, cr.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	third := build()
+	if exists(second) {
+		t.Errorf("the image the rebuild replaced, %s, is still there (untagged)", second)
+	}
+	if !exists(third) {
+		t.Errorf("the new image %s is gone", third)
 	}
 }
 
