@@ -25,11 +25,18 @@ import (
 func BenchmarkGatewayLatency(b *testing.B) { gatewayLatency(b, "", "") }
 
 // BenchmarkGatewayLatencySet: the same on a set's store (PostgreSQL) with
-// a request budget, so that each call brings the sandbox's counts up to
-// the store's total before its budget check (gateway.refresh): one store
-// round trip more than BenchmarkGatewayLatency's calls make.
+// a request budget, so that each call is admitted in a store transaction
+// (gateway.admitShared): it adds the daemon's unwritten counts, locking
+// the sandbox's total, and writes the call's count.
 func BenchmarkGatewayLatencySet(b *testing.B) {
 	gatewayLatency(b, testenv.RequirePostgres(b), "budget_requests = 1000000000\n")
+}
+
+// BenchmarkGatewayLatencySetTokens: the same with a token budget, whose
+// transaction also sums the other daemons' reservations and writes this
+// daemon's: two statements more.
+func BenchmarkGatewayLatencySetTokens(b *testing.B) {
+	gatewayLatency(b, testenv.RequirePostgres(b), "budget_tokens = 1000000000000\n")
 }
 
 // gatewayLatency measures the gateway of a daemon on store (its default
@@ -124,7 +131,7 @@ func gatewayLatency(b *testing.B, store, extra string) {
 		Ms(added), Ms(gs.P50-ds.P50), Ms(gj.P95-dj.P95), verdict(added <= time.Millisecond))
 	tb.Note("the gateway's part: token check, budget check, header swap, a second loopback hop, usage parsing as the bytes pass, one audit log line")
 	if store != "" {
-		tb.Note("on PostgreSQL with a request budget: each call reads the set's count first (a store round trip)")
+		tb.Note("on PostgreSQL with %s: each call is admitted in a store transaction (the set's count locked, read and added to; with a token budget, the other daemons' reservations read and this one's written)", strings.TrimSpace(extra))
 	}
 	report(b, tb)
 }

@@ -53,6 +53,10 @@ func newGateway(ctx context.Context, cfg config.Config, st *store.Store, eg egre
 		// and count calls against the budgets it checks.
 		opts.Recheck = gateway.DefaultRecheck
 		opts.Shared = true
+		// Its calls' reservations are recorded under its registry id
+		// and count while its heartbeat does (registry.Alive).
+		opts.Daemon = storeHolder(cfg)
+		opts.LiveFor = aliveBeats * registryHeartbeat
 	}
 	var addr string
 	ec, onEgressNetwork := eg.(*egress.Controller)

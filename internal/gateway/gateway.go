@@ -9,6 +9,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -33,6 +34,11 @@ type Store interface {
 	AddGatewayUsage(ctx context.Context, us []store.GatewayUsage) ([]store.GatewayUsage, error)
 	ListGatewayUsage(ctx context.Context) ([]store.GatewayUsage, error)
 	DeleteGatewayUsage(ctx context.Context, sandboxID string) error
+	// For Options.Shared: the daemons' reservations, and a call's
+	// admission in one transaction (store.AdmitGatewayCall).
+	AdmitGatewayCall(ctx context.Context, a store.GatewayAdmission) (store.GatewayCounters, bool, error)
+	SetGatewayReservation(ctx context.Context, sandboxID, provider, daemon string, tokens int64) error
+	DeleteGatewayReservations(ctx context.Context, daemon string) error
 }
 
 // Options configure a Gateway.
@@ -75,14 +81,25 @@ type Options struct {
 	// every revocation itself.
 	Recheck time.Duration
 	// Shared says other daemons add their counts to the same store (a set
-	// on PostgreSQL): before a budget is checked, the counters are
-	// brought up to the store's total (refresh).
+	// on PostgreSQL): a budgeted call is admitted in one store
+	// transaction, on the set's total and the tokens the other daemons'
+	// calls in flight hold (admitShared).
 	Shared bool
-	Log    *slog.Logger
+	// Daemon is this daemon's id in the store's daemon registry, under
+	// which its calls' reservations are recorded; Shared needs it.
+	Daemon string
+	// LiveFor is how recent a daemon's heartbeat must be for its
+	// reservations to count: a daemon killed with calls in flight holds
+	// nothing after it. DefaultLiveFor if 0.
+	LiveFor time.Duration
+	Log     *slog.Logger
 }
 
 // DefaultRecheck is Options.Recheck for the daemons of a set.
 const DefaultRecheck = 2 * time.Second
+
+// DefaultLiveFor is Options.LiveFor when it is 0.
+const DefaultLiveFor = 15 * time.Second
 
 // TokenDir is where a rotated token is written inside a sandbox, as
 // <provider>.token.
@@ -137,6 +154,12 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = config.Config{GatewayMaxConcurrent: config.DefaultGatewayMaxConcurrent}.MaxConcurrent()
 	}
+	if opts.LiveFor <= 0 {
+		opts.LiveFor = DefaultLiveFor
+	}
+	if opts.Shared && (opts.Daemon == "" || opts.Store == nil) {
+		return nil, errors.New("gateway: a store shared by a set needs the daemon's id (Options.Daemon) and the store")
+	}
 	g := &Gateway{
 		opts:      opts,
 		log:       opts.Log.With("component", "gateway"),
@@ -183,6 +206,13 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		g.byHash[h] = k
 		g.checked[h] = time.Now()
 		g.grants[k] = h
+	}
+	if opts.Shared {
+		// A daemon starting has no call in flight: what it reserved
+		// before it was killed holds nothing now.
+		if err := opts.Store.DeleteGatewayReservations(ctx, opts.Daemon); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
 	}
 	us, err := opts.Store.ListGatewayUsage(ctx)
 	if err != nil {
@@ -497,7 +527,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 }
 
-// Flush writes the counters that changed since the last flush.
+// Flush writes the counters that changed since the last flush, and the
+// reservations the store does not have as they are (a write at a call's
+// end that failed).
 func (g *Gateway) Flush(ctx context.Context) error {
 	if g.opts.Store == nil {
 		return nil
@@ -506,9 +538,10 @@ func (g *Gateway) Flush(ctx context.Context) error {
 	defer g.flushMu.Unlock()
 	g.mu.RLock()
 	var (
-		us  []store.GatewayUsage
-		cs  []*counters
-		ats []store.GatewayCounters
+		us    []store.GatewayUsage
+		cs    []*counters
+		ats   []store.GatewayCounters
+		stale []key
 	)
 	for k, c := range g.usage {
 		if delta, at, ok := c.unwritten(); ok {
@@ -516,9 +549,92 @@ func (g *Gateway) Flush(ctx context.Context) error {
 			cs = append(cs, c)
 			ats = append(ats, at)
 		}
+		if c.reservationStale() {
+			stale = append(stale, k)
+		}
 	}
 	g.mu.RUnlock()
-	return g.add(ctx, us, cs, ats)
+	err := g.add(ctx, us, cs, ats)
+	for _, k := range stale {
+		g.mu.RLock()
+		c, ok := g.usage[k]
+		g.mu.RUnlock()
+		if ok {
+			err = errors.Join(err, g.writeReservation(ctx, k, c))
+		}
+	}
+	return err
+}
+
+// admitShared decides a budgeted call's admission on a store the daemons
+// of a set share: in one transaction the store adds what this daemon has
+// not written, locks the sandbox's total, and sums the tokens the other
+// live daemons' calls hold; the budget is checked on those, and the
+// call's count and this daemon's reservation are written before the
+// total is let go. So two daemons admitting at once are ordered and the
+// set's calls pass the token budget by at most one reservation, as one
+// daemon's do. ok is false when it could not decide (the store did not
+// answer, or the sandbox is gone): the caller then decides on this
+// daemon's counts.
+func (g *Gateway) admitShared(ctx context.Context, k key, c *counters, p *provider, reserve int64) (rej *rejection, ok bool) {
+	g.flushMu.Lock()
+	defer g.flushMu.Unlock()
+	delta, at, _ := c.unwritten()
+	now := time.Now()
+	var (
+		add      store.GatewayCounters
+		reserved int64
+		decided  bool
+	)
+	total, found, err := g.opts.Store.AdmitGatewayCall(ctx, store.GatewayAdmission{
+		SandboxID: k.sandbox, Provider: k.provider, Daemon: g.opts.Daemon,
+		Pending: delta, Reservations: p.budgetTokens > 0, LiveAfter: now.Add(-g.opts.LiveFor),
+		Decide: func(total store.GatewayCounters, others int64) (store.GatewayCounters, int64) {
+			rej, add, reserved = c.admitOn(p, now, reserve, total, at, others)
+			decided = true
+			return add, reserved
+		},
+	})
+	switch {
+	case err == nil && found:
+		c.written(addCounters(at, add), total)
+		if p.budgetTokens > 0 {
+			c.reservationWritten(reserved)
+		}
+	case err != nil:
+		g.log.Warn("admit a gateway call in the store; checking the budget on this daemon's counts", "sandbox", k.sandbox, "err", err)
+	}
+	// Decided but not written (the commit failed): the count stays
+	// unwritten here, for the next write, and Flush writes the
+	// reservation.
+	return rej, decided
+}
+
+// syncReservation writes the tokens k's calls in flight on this daemon
+// hold to the store, if the store records them and has another number.
+func (g *Gateway) syncReservation(ctx context.Context, k key, c *counters) error {
+	if !g.opts.Shared {
+		return nil
+	}
+	g.flushMu.Lock()
+	defer g.flushMu.Unlock()
+	return g.writeReservation(ctx, k, c)
+}
+
+// writeReservation is syncReservation under flushMu.
+func (g *Gateway) writeReservation(ctx context.Context, k key, c *counters) error {
+	if !g.opts.Shared {
+		return nil
+	}
+	n, stale := c.reservation()
+	if !stale {
+		return nil
+	}
+	if err := g.opts.Store.SetGatewayReservation(ctx, k.sandbox, k.provider, g.opts.Daemon, n); err != nil {
+		return err
+	}
+	c.reservationWritten(n)
+	return nil
 }
 
 // writeThrough adds what k's counters hold unwritten to the store as a
@@ -526,40 +642,28 @@ func (g *Gateway) Flush(ctx context.Context) error {
 // it (Flush would have written it up to FlushInterval later, and a SIGKILL
 // before that lost it). A failed write is left to the next Flush.
 func (g *Gateway) writeThrough(ctx context.Context, k key, c *counters) {
-	if err := g.addOne(ctx, k, c, false); err != nil {
+	if err := g.addOne(ctx, k, c); err != nil {
 		g.log.Warn("write gateway usage as the call ended; the next flush writes it", "sandbox", k.sandbox, "err", err)
+	}
+	if err := g.syncReservation(ctx, k, c); err != nil {
+		g.log.Warn("release a gateway call's reservation in the store; the next flush writes it", "sandbox", k.sandbox, "err", err)
 	}
 }
 
 // addOne adds what k's counters hold unwritten to the store and takes its
-// total back, under flushMu; with nothing unwritten it writes only when
-// always is set (to read the total).
-func (g *Gateway) addOne(ctx context.Context, k key, c *counters, always bool) error {
+// total back, under flushMu.
+func (g *Gateway) addOne(ctx context.Context, k key, c *counters) error {
 	if g.opts.Store == nil {
 		return nil
 	}
 	g.flushMu.Lock()
 	defer g.flushMu.Unlock()
 	delta, at, ok := c.unwritten()
-	if !ok && !always {
+	if !ok {
 		return nil
 	}
 	us := []store.GatewayUsage{{SandboxID: k.sandbox, Provider: k.provider, GatewayCounters: delta}}
 	return g.add(ctx, us, []*counters{c}, []store.GatewayCounters{at})
-}
-
-// refresh brings k's counters up to the store's total before a budget is
-// checked, on a store the daemons of a set share: what this daemon has
-// not written yet is added (nothing, often), and the total the store
-// answers is every daemon's. Without it a daemon saw the others' calls
-// only as of its own last write, so a sandbox whose calls a Service
-// spreads over the set could pass its budget by what the others counted
-// meanwhile. A store that does not answer leaves the counters as they
-// were: the budget is then checked on this daemon's view, as before.
-func (g *Gateway) refresh(ctx context.Context, k key, c *counters) {
-	if err := g.addOne(ctx, k, c, true); err != nil {
-		g.log.Warn("read the set's gateway usage before a budget check; checking on this daemon's counts", "sandbox", k.sandbox, "err", err)
-	}
 }
 
 // add adds the deltas us (of counters cs, as they were at ats) to the

@@ -247,8 +247,11 @@ type counters struct {
 	stored store.GatewayCounters
 	// reserved is what the calls in flight hold of the token budget.
 	reserved int64
-	bucket   float64
-	filled   time.Time
+	// storedReserved is reserved as the store last recorded it for this
+	// daemon (on a store the daemons of a set share).
+	storedReserved int64
+	bucket         float64
+	filled         time.Time
 }
 
 // rejection says which budget refused a request.
@@ -267,25 +270,48 @@ type rejection struct {
 func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p.budgetRequests > 0 && c.c.Requests >= p.budgetRequests {
+	rej, _ := c.decide(p, now, reserve, c.c, 0)
+	return rej
+}
+
+// admitOn is admit on a set's counts (admitShared): total is the store's
+// total, which has this daemon's counts up to at added, and others the
+// tokens the other daemons' calls in flight hold. It returns what it
+// counted, for the store, and the tokens this daemon's calls hold now.
+func (c *counters) admitOn(p *provider, now time.Time, reserve int64, total, at store.GatewayCounters, others int64) (*rejection, store.GatewayCounters, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// What was counted here since at (a call's end) is on top.
+	used := addCounters(total, subCounters(c.c, at))
+	rej, add := c.decide(p, now, reserve, used, others)
+	return rej, add, c.reserved
+}
+
+// decide is admit's decision on the counts used and the tokens others
+// hold besides this daemon's calls, under c.mu: it counts the request or
+// its refusal in c and returns that count.
+func (c *counters) decide(p *provider, now time.Time, reserve int64, used store.GatewayCounters, others int64) (*rejection, store.GatewayCounters) {
+	refused := store.GatewayCounters{Rejected: 1}
+	if p.budgetRequests > 0 && used.Requests >= p.budgetRequests {
 		c.c.Rejected++
-		return &rejection{code: "budget_exceeded", budget: "requests", limit: p.budgetRequests, used: c.c.Requests,
-			message: fmt.Sprintf("request budget of this sandbox for provider %s is used up: %d of %d requests", p.name, c.c.Requests, p.budgetRequests)}
+		return &rejection{code: "budget_exceeded", budget: "requests", limit: p.budgetRequests, used: used.Requests,
+			message: fmt.Sprintf("request budget of this sandbox for provider %s is used up: %d of %d requests", p.name, used.Requests, p.budgetRequests)}, refused
 	}
 	if p.budgetTokens > 0 {
-		held := c.c.TotalTokens + c.reserved
+		reserved := c.reserved + others
+		held := used.TotalTokens + reserved
 		if held >= p.budgetTokens {
 			c.c.Rejected++
-			msg := fmt.Sprintf("token budget of this sandbox for provider %s is used up: %d of %d tokens", p.name, c.c.TotalTokens, p.budgetTokens)
-			if c.reserved > 0 {
-				msg = fmt.Sprintf("token budget of this sandbox for provider %s is used up or held by requests in flight: %d of %d tokens used, %d reserved", p.name, c.c.TotalTokens, p.budgetTokens, c.reserved)
+			msg := fmt.Sprintf("token budget of this sandbox for provider %s is used up: %d of %d tokens", p.name, used.TotalTokens, p.budgetTokens)
+			if reserved > 0 {
+				msg = fmt.Sprintf("token budget of this sandbox for provider %s is used up or held by requests in flight: %d of %d tokens used, %d reserved", p.name, used.TotalTokens, p.budgetTokens, reserved)
 			}
-			return &rejection{code: "budget_exceeded", budget: "tokens", limit: p.budgetTokens, used: c.c.TotalTokens, message: msg}
+			return &rejection{code: "budget_exceeded", budget: "tokens", limit: p.budgetTokens, used: used.TotalTokens, message: msg}, refused
 		}
 		if left := p.budgetTokens - held; reserve > left+p.defaultMax {
 			c.c.Rejected++
-			return &rejection{code: "budget_exceeded", budget: "tokens", limit: p.budgetTokens, used: c.c.TotalTokens,
-				message: fmt.Sprintf("this request may use up to %d tokens (its input, estimated as body bytes / 4, and its max_tokens), more than the %d left of the token budget of this sandbox for provider %s: lower max_tokens", reserve, left, p.name)}
+			return &rejection{code: "budget_exceeded", budget: "tokens", limit: p.budgetTokens, used: used.TotalTokens,
+				message: fmt.Sprintf("this request may use up to %d tokens (its input, estimated as body bytes / 4, and its max_tokens), more than the %d left of the token budget of this sandbox for provider %s: lower max_tokens", reserve, left, p.name)}, refused
 		}
 	}
 	if p.rate > 0 {
@@ -303,13 +329,35 @@ func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 			wait := time.Duration((1 - c.bucket) / perSec * float64(time.Second))
 			return &rejection{code: "rate_limited", budget: "rate", limit: p.rate, used: int64(float64(p.rate) - c.bucket),
 				message:    fmt.Sprintf("rate limit of this sandbox for provider %s: %d requests per minute; retry in %s", p.name, p.rate, wait.Round(time.Millisecond)),
-				retryAfter: wait}
+				retryAfter: wait}, refused
 		}
 		c.bucket--
 	}
 	c.c.Requests++
 	c.reserved += reserve
-	return nil
+	return nil, store.GatewayCounters{Requests: 1}
+}
+
+// reservation returns the tokens the calls in flight hold, and whether
+// the store records another number for this daemon.
+func (c *counters) reservation() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reserved, c.reserved != c.storedReserved
+}
+
+// reservationStale says whether the store records another reservation
+// for this daemon than its calls in flight hold.
+func (c *counters) reservationStale() bool {
+	_, stale := c.reservation()
+	return stale
+}
+
+// reservationWritten notes that the store records n for this daemon.
+func (c *counters) reservationWritten(n int64) {
+	c.mu.Lock()
+	c.storedReserved = n
+	c.mu.Unlock()
 }
 
 // reject counts a request refused before admit (concurrency cap).

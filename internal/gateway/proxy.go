@@ -89,14 +89,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, start, name, k.sandbox, http.StatusBadRequest, "invalid_argument", err.Error(), nil)
 		return
 	}
-	if g.opts.Shared && p.budgeted() {
-		// On a store other daemons add to, their counts since this
-		// daemon's last write decide the budget too.
-		rctx, cancel := context.WithTimeout(r.Context(), writeThroughTimeout)
-		g.refresh(rctx, k, c)
-		cancel()
+	rej, decided := g.admitCall(r.Context(), k, c, p, call.reserve())
+	if !decided {
+		rej = c.admit(p, time.Now(), call.reserve())
 	}
-	if rej := c.admit(p, time.Now(), call.reserve()); rej != nil {
+	if rej != nil {
 		if rej.retryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(rej.retryAfter.Seconds()+0.999)))
 		}
@@ -118,6 +115,19 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.proxy.ServeHTTP(w, r)
 	st.delivered = st.bodyEnded
+}
+
+// admitCall decides a budgeted call's admission on a store other
+// daemons add to, where their counts and reservations decide the budget
+// too (admitShared). decided is false when the caller is to decide on
+// this daemon's counters (c.admit).
+func (g *Gateway) admitCall(ctx context.Context, k key, c *counters, p *provider, reserve int64) (rej *rejection, decided bool) {
+	if !g.opts.Shared || !p.budgeted() {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, writeThroughTimeout)
+	defer cancel()
+	return g.admitShared(ctx, k, c, p, reserve)
 }
 
 // prepare reads what bounds a call's use from its body, before anything

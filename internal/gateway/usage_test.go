@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/gateway/gatewaytest"
@@ -91,10 +95,9 @@ func TestBudgetHoldsAcrossDaemons(t *testing.T) {
 	url := testenv.RequirePostgres(t)
 	up := gatewaytest.New(t)
 	budget := func(p *config.Provider) { p.BudgetRequests = 3 }
-	shared := func(o *Options) { o.Shared = true }
-	a := newEnvAt(t, url, up, budget, shared)
+	a := newEnvAt(t, url, up, budget, sharedAs("d-a"))
 	vars := a.grant("sb-1", "openai")
-	b := newEnvAt(t, url, up, budget, shared)
+	b := newEnvAt(t, url, up, budget, sharedAs("d-b"))
 	var codes []int
 	for i := range 6 {
 		e := a
@@ -125,5 +128,201 @@ func TestBudgetHoldsAcrossDaemons(t *testing.T) {
 	}
 	if len(us) != 1 || us[0].Requests != 3 || us[0].Rejected != 3 {
 		t.Errorf("the store's usage: %+v, want 3 requests and 3 rejected", us)
+	}
+}
+
+// sharedAs makes a gateway one of a set's daemons, id in the registry.
+func sharedAs(id string) func(*Options) {
+	return func(o *Options) { o.Shared, o.Daemon = true, id }
+}
+
+// beat records daemons alive at at in the registry of e's store.
+func (e *env) beat(at time.Time, ids ...string) {
+	e.t.Helper()
+	for _, id := range ids {
+		if err := e.st.Heartbeat(e.t.Context(), id, "http://127.0.0.1:1", at); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// TestTokenBudgetHoldsAcrossDaemons is TestProxyTokenBudgetHolds's attack
+// spread over two daemons of a set: streamed calls held in flight, many
+// at once, half through each daemon, against a 1,500-token budget. Each
+// daemon counts the tokens the other's calls in flight hold, so what the
+// upstream bills stays within the budget and one reservation; a daemon
+// checking its own calls only let twice as many through.
+func TestTokenBudgetHoldsAcrossDaemons(t *testing.T) {
+	t.Parallel()
+	url := testenv.RequirePostgres(t)
+	up := gatewaytest.New(t)
+	const budget, maxTokens = 1500, 400
+	limit := func(p *config.Provider) { p.BudgetTokens = budget }
+	a := newEnvAt(t, url, up, limit, sharedAs("d-a"))
+	vars := a.grant("sb-1", "openai")
+	b := newEnvAt(t, url, up, limit, sharedAs("d-b"))
+	a.beat(time.Now(), "d-a", "d-b")
+	body := fmt.Sprintf(`{"model":"m","stream":true,"max_tokens":%d}`, maxTokens)
+	held, release := up.Hold()
+	var wg sync.WaitGroup
+	statuses := make(chan int, 8)
+	for i := range 8 {
+		e := a
+		if i%2 == 1 {
+			e = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, _ := e.streamCall(t.Context(), vars["OPENAI_API_KEY"], body)
+			statuses <- st
+		}()
+	}
+	admitted := 0
+	deadline := time.After(20 * time.Second)
+wait:
+	for {
+		select {
+		case <-held:
+			admitted++
+		case <-deadline:
+			break wait
+		case <-time.After(time.Second):
+			if admitted > 0 {
+				break wait
+			}
+		}
+	}
+	release()
+	wg.Wait()
+	close(statuses)
+	var ok, refused int
+	for st := range statuses {
+		switch st {
+		case 200:
+			ok++
+		case 429:
+			refused++
+		default:
+			t.Errorf("status %d", st)
+		}
+	}
+	reservation := int64(inputEstimate(int64(len(body))) + maxTokens)
+	if billed := up.Billed(); billed > budget+reservation {
+		t.Errorf("the set's upstream billed %d tokens (%d calls let through), over the budget %d + one reservation %d", billed, ok, budget, reservation)
+	}
+	if ok == 0 || refused == 0 {
+		t.Errorf("ok %d, refused %d: want some of each", ok, refused)
+	}
+	// Every call ended: neither daemon holds anything in the store.
+	rs, err := a.st.GatewayReservations(t.Context(), "sb-1", "openai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 0 {
+		t.Errorf("reservations left in the store after every call ended: %v", rs)
+	}
+}
+
+// TestReservationOfDeadDaemon: a call in flight on daemon A holds the
+// whole token budget, so daemon B refuses the sandbox's next call, naming
+// the tokens held; once A's heartbeat is too old (A killed), what it held
+// no longer counts and B lets the call through. A restarted under the
+// same id drops what it held before.
+func TestReservationOfDeadDaemon(t *testing.T) {
+	t.Parallel()
+	url := testenv.RequirePostgres(t)
+	up := gatewaytest.New(t)
+	limit := func(p *config.Provider) { p.BudgetTokens = 1000 }
+	a := newEnvAt(t, url, up, limit, sharedAs("d-a"))
+	vars := a.grant("sb-1", "openai")
+	b := newEnvAt(t, url, up, limit, sharedAs("d-b"))
+	a.beat(time.Now(), "d-a", "d-b")
+	held, release := up.Hold()
+	defer release()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go a.streamCall(ctx, vars["OPENAI_API_KEY"], `{"stream":true,"max_tokens":1000}`)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream did not reach the upstream")
+	}
+	rs, err := a.st.GatewayReservations(t.Context(), "sb-1", "openai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs["d-a"] < 1000 {
+		t.Fatalf("daemon A's reservation in the store: %v, want at least the call's 1000 tokens", rs)
+	}
+	resp, body := b.call("/openai/chat/completions", "Authorization", "Bearer "+vars["OPENAI_API_KEY"], `{"max_tokens":10}`)
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "held by requests in flight") {
+		t.Fatalf("daemon B, while A's call holds the budget: %d %s; want 429 naming the tokens held", resp.StatusCode, body)
+	}
+	// A's heartbeat ages past LiveFor: what it holds is let go.
+	a.beat(time.Now().Add(-time.Hour), "d-a")
+	resp, body = b.call("/openai/chat/completions", "Authorization", "Bearer "+vars["OPENAI_API_KEY"], `{"max_tokens":10}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("daemon B, A dead: %d %s; want 200", resp.StatusCode, body)
+	}
+	// A restarted under its id: it has no call in flight.
+	newEnvAt(t, url, up, limit, sharedAs("d-a"))
+	if rs, err = a.st.GatewayReservations(t.Context(), "sb-1", "openai"); err != nil || rs["d-a"] != 0 {
+		t.Errorf("reservations after A restarted: %v, %v; want none of A's", rs, err)
+	}
+}
+
+// TestFlushWritesReservation: a call admitted without writing its
+// reservation (its provider has a request budget only) gets it written
+// by the next flush while it is in flight, and released as it ends.
+func TestFlushWritesReservation(t *testing.T) {
+	t.Parallel()
+	url := testenv.RequirePostgres(t)
+	up := gatewaytest.New(t)
+	a := newEnvAt(t, url, up, func(p *config.Provider) { p.BudgetRequests = 100 }, sharedAs("d-a"))
+	vars := a.grant("sb-1", "openai")
+	a.beat(time.Now(), "d-a")
+	held, release := up.Hold()
+	defer release()
+	done := make(chan int, 1)
+	go func() {
+		st, _ := a.streamCall(t.Context(), vars["OPENAI_API_KEY"], `{"stream":true,"max_tokens":500}`)
+		done <- st
+	}()
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream did not reach the upstream")
+	}
+	reservations := func() map[string]int64 {
+		t.Helper()
+		rs, err := a.st.GatewayReservations(t.Context(), "sb-1", "openai")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	if rs := reservations(); len(rs) != 0 {
+		t.Errorf("a request-budget call's admission wrote a reservation: %v", rs)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- a.g.Flush(t.Context()) }()
+	select {
+	case err := <-flushed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Flush did not return in 10 s with a call in flight")
+	}
+	if rs := reservations(); rs["d-a"] < 500 {
+		t.Errorf("reservations after a flush with the call in flight: %v, want d-a's of at least 500", rs)
+	}
+	release()
+	if st := <-done; st != http.StatusOK {
+		t.Fatalf("the stream ended with %d", st)
+	}
+	if rs := reservations(); len(rs) != 0 {
+		t.Errorf("reservations after the call ended: %v, want none", rs)
 	}
 }

@@ -46,9 +46,13 @@ func (s *Store) Heartbeat(ctx context.Context, id, u string, now time.Time) erro
 	return nil
 }
 
-// Unregister removes daemon id and the sessions it held (a clean stop).
+// Unregister removes daemon id, the sessions it held and its gateway
+// reservations (a clean stop).
 func (s *Store) Unregister(ctx context.Context, id string) error {
 	return s.inTx(ctx, func(tx *txn) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM gateway_reservations WHERE daemon_id = ?`, id); err != nil {
+			return fmt.Errorf("unregister daemon %q: %w", id, err)
+		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM agent_sessions WHERE daemon_id = ?`, id); err != nil {
 			return fmt.Errorf("unregister daemon %q: %w", id, err)
 		}

@@ -122,30 +122,13 @@ func (s *Store) AddGatewayUsage(ctx context.Context, us []GatewayUsage) ([]Gatew
 	err := s.inTx(ctx, func(tx *txn) error {
 		out = out[:0]
 		for _, u := range us {
-			d := u.GatewayCounters
-			args := append([]any{u.SandboxID, u.Provider}, d.Requests, d.Rejected, d.Errors, d.BytesIn, d.BytesOut, d.InputTokens, d.OutputTokens, d.TotalTokens, u.SandboxID)
-			t := GatewayUsage{SandboxID: u.SandboxID, Provider: u.Provider}
-			// One statement: the row's lock (PostgreSQL) or the write
-			// lock (SQLite) orders the daemons adding to one total.
-			err := tx.QueryRowContext(ctx, `INSERT INTO gateway_usage_totals (sandbox_id, provider, `+usageColumns+`)
-				SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)
-				ON CONFLICT (sandbox_id, provider) DO UPDATE SET
-					requests = gateway_usage_totals.requests + excluded.requests,
-					rejected = gateway_usage_totals.rejected + excluded.rejected,
-					errors = gateway_usage_totals.errors + excluded.errors,
-					bytes_in = gateway_usage_totals.bytes_in + excluded.bytes_in,
-					bytes_out = gateway_usage_totals.bytes_out + excluded.bytes_out,
-					input_tokens = gateway_usage_totals.input_tokens + excluded.input_tokens,
-					output_tokens = gateway_usage_totals.output_tokens + excluded.output_tokens,
-					total_tokens = gateway_usage_totals.total_tokens + excluded.total_tokens
-				RETURNING `+usageColumns, args...).Scan(t.fields()...)
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
+			t, ok, err := addUsage(ctx, tx, u)
 			if err != nil {
-				return fmt.Errorf("add gateway usage of sandbox %q: %w", u.SandboxID, err)
+				return err
 			}
-			out = append(out, t)
+			if ok {
+				out = append(out, t)
+			}
 		}
 		return nil
 	})
@@ -153,6 +136,164 @@ func (s *Store) AddGatewayUsage(ctx context.Context, us []GatewayUsage) ([]Gatew
 		return nil, err
 	}
 	return out, nil
+}
+
+// addUsage adds u's counts to its total in tx and returns the total; ok
+// is false when u's sandbox no longer exists (nothing is added).
+func addUsage(ctx context.Context, tx *txn, u GatewayUsage) (GatewayUsage, bool, error) {
+	d := u.GatewayCounters
+	args := append([]any{u.SandboxID, u.Provider}, d.Requests, d.Rejected, d.Errors, d.BytesIn, d.BytesOut, d.InputTokens, d.OutputTokens, d.TotalTokens, u.SandboxID)
+	t := GatewayUsage{SandboxID: u.SandboxID, Provider: u.Provider}
+	// One statement: the row's lock (PostgreSQL) or the write lock
+	// (SQLite) orders the daemons adding to one total, and holds the
+	// total until tx ends.
+	err := tx.QueryRowContext(ctx, `INSERT INTO gateway_usage_totals (sandbox_id, provider, `+usageColumns+`)
+		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)
+		ON CONFLICT (sandbox_id, provider) DO UPDATE SET
+			requests = gateway_usage_totals.requests + excluded.requests,
+			rejected = gateway_usage_totals.rejected + excluded.rejected,
+			errors = gateway_usage_totals.errors + excluded.errors,
+			bytes_in = gateway_usage_totals.bytes_in + excluded.bytes_in,
+			bytes_out = gateway_usage_totals.bytes_out + excluded.bytes_out,
+			input_tokens = gateway_usage_totals.input_tokens + excluded.input_tokens,
+			output_tokens = gateway_usage_totals.output_tokens + excluded.output_tokens,
+			total_tokens = gateway_usage_totals.total_tokens + excluded.total_tokens
+		RETURNING `+usageColumns, args...).Scan(t.fields()...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return GatewayUsage{}, false, nil
+	}
+	if err != nil {
+		return GatewayUsage{}, false, fmt.Errorf("add gateway usage of sandbox %q: %w", u.SandboxID, err)
+	}
+	return t, true, nil
+}
+
+// GatewayAdmission is one gateway call's admission on a store the daemons
+// of a set share (AdmitGatewayCall).
+type GatewayAdmission struct {
+	SandboxID, Provider string
+	// Daemon is the admitting daemon's id in the daemon registry.
+	Daemon string
+	// Pending is what the daemon counted and has not added to the total
+	// yet; it is added first.
+	Pending GatewayCounters
+	// Reservations says the call's provider has a token budget, which the
+	// daemons' reservations count against: they are summed for Decide and
+	// this daemon's is written. Without it neither is (a store round trip
+	// each), and Decide sees none.
+	Reservations bool
+	// LiveAfter: the reservations of a daemon whose last heartbeat is
+	// not after it are not counted (a daemon killed with calls in flight
+	// left them behind).
+	LiveAfter time.Time
+	// Decide is called once, in the transaction, with the sandbox's total
+	// (Pending added) and the tokens the other live daemons' calls hold.
+	// It returns what to add to the total (the call, counted as a request
+	// or a rejection) and the tokens this daemon's calls hold now, its
+	// own admitted or not.
+	Decide func(total GatewayCounters, others int64) (add GatewayCounters, reserved int64)
+}
+
+// AdmitGatewayCall decides a gateway call's admission on a store several
+// daemons share, in one transaction: the sandbox's total stays locked
+// from the read Decide sees until its count and this daemon's
+// reservation are written, so that two daemons admitting calls at once
+// are ordered, the second seeing the first's request and reservation. It
+// returns the total after Decide's add; ok is false, with nothing written
+// and Decide not called, when the sandbox no longer exists.
+func (s *Store) AdmitGatewayCall(ctx context.Context, a GatewayAdmission) (total GatewayCounters, ok bool, err error) {
+	err = s.inTx(ctx, func(tx *txn) error {
+		t, found, err := addUsage(ctx, tx, GatewayUsage{SandboxID: a.SandboxID, Provider: a.Provider, GatewayCounters: a.Pending})
+		if err != nil || !found {
+			return err
+		}
+		// A statement of its own, after the lock: on PostgreSQL it reads
+		// a snapshot taken once the daemon ahead has committed (a
+		// subquery of the upsert would read the upsert's, from before).
+		var others int64
+		if a.Reservations {
+			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(r.tokens), 0) FROM gateway_reservations r JOIN daemons d ON d.id = r.daemon_id
+				WHERE r.sandbox_id = ? AND r.provider = ? AND r.daemon_id <> ? AND d.heartbeat_at > ?`,
+				a.SandboxID, a.Provider, a.Daemon, unixNano(a.LiveAfter)).Scan(&others); err != nil {
+				return fmt.Errorf("read the gateway reservations of sandbox %q: %w", a.SandboxID, err)
+			}
+		}
+		add, reserved := a.Decide(t.GatewayCounters, others)
+		if t, _, err = addUsage(ctx, tx, GatewayUsage{SandboxID: a.SandboxID, Provider: a.Provider, GatewayCounters: add}); err != nil {
+			return err
+		}
+		if a.Reservations {
+			if err := setReservation(ctx, tx, a.SandboxID, a.Provider, a.Daemon, reserved); err != nil {
+				return err
+			}
+		}
+		total, ok = t.GatewayCounters, true
+		return nil
+	})
+	if err != nil {
+		return GatewayCounters{}, false, err
+	}
+	return total, ok, nil
+}
+
+// execer is a *db or a *txn.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// SetGatewayReservation records the tokens daemon's gateway calls in
+// flight hold of a sandbox's token budget for provider (none: the record
+// goes). A sandbox that no longer exists is not an error.
+func (s *Store) SetGatewayReservation(ctx context.Context, sandboxID, provider, daemon string, tokens int64) error {
+	return setReservation(ctx, s.db, sandboxID, provider, daemon, tokens)
+}
+
+func setReservation(ctx context.Context, e execer, sandboxID, provider, daemon string, tokens int64) error {
+	var err error
+	if tokens <= 0 {
+		_, err = e.ExecContext(ctx, `DELETE FROM gateway_reservations WHERE sandbox_id = ? AND provider = ? AND daemon_id = ?`, sandboxID, provider, daemon)
+	} else {
+		_, err = e.ExecContext(ctx, `INSERT INTO gateway_reservations (sandbox_id, provider, daemon_id, tokens)
+			SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)
+			ON CONFLICT (sandbox_id, provider, daemon_id) DO UPDATE SET tokens = excluded.tokens`,
+			sandboxID, provider, daemon, tokens, sandboxID)
+	}
+	if err != nil {
+		return fmt.Errorf("record the gateway reservation of sandbox %q for %q: %w", sandboxID, provider, err)
+	}
+	return nil
+}
+
+// DeleteGatewayReservations removes every reservation of daemon: a
+// daemon starting has no call in flight, whatever it left when it was
+// killed.
+func (s *Store) DeleteGatewayReservations(ctx context.Context, daemon string) error {
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM gateway_reservations WHERE daemon_id = ?`, daemon); err != nil {
+		return fmt.Errorf("delete the gateway reservations of daemon %q: %w", daemon, err)
+	}
+	return nil
+}
+
+// GatewayReservations returns the tokens each daemon's calls in flight
+// hold of sandboxID's budget for provider, by daemon id.
+func (s *Store) GatewayReservations(ctx context.Context, sandboxID, provider string) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT daemon_id, tokens FROM gateway_reservations WHERE sandbox_id = ? AND provider = ?`, sandboxID, provider)
+	if err != nil {
+		return nil, fmt.Errorf("list the gateway reservations of sandbox %q: %w", sandboxID, err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			d string
+			n int64
+		)
+		if err := rows.Scan(&d, &n); err != nil {
+			return nil, fmt.Errorf("list the gateway reservations of sandbox %q: %w", sandboxID, err)
+		}
+		out[d] = n
+	}
+	return out, rows.Err()
 }
 
 // ListGatewayUsage returns every recorded counter set.

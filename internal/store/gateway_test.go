@@ -194,3 +194,187 @@ func TestMigrateGatewayUsage(t *testing.T) {
 		}
 	})
 }
+
+// TestAdmitGatewayCall: an admission adds what the daemon had pending,
+// shows Decide the total and the reservations of the other live daemons
+// only, and writes Decide's count and reservation; a missing sandbox
+// writes nothing.
+func TestAdmitGatewayCall(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, be backend) {
+		s, _ := openTest(t, be)
+		ctx := t.Context()
+		now := time.Now()
+		if err := s.Put(ctx, sandbox("sb-a", wire.StateRunning, now, nil)); err != nil {
+			t.Fatal(err)
+		}
+		for id, at := range map[string]time.Time{"d-live": now, "d-dead": now.Add(-time.Hour), "d-me": now} {
+			if err := s.Heartbeat(ctx, id, "http://127.0.0.1:1", at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for d, n := range map[string]int64{"d-live": 100, "d-dead": 1000, "d-me": 10000} {
+			if err := s.SetGatewayReservation(ctx, "sb-a", "openai", d, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.AddGatewayUsage(ctx, []GatewayUsage{{SandboxID: "sb-a", Provider: "openai", GatewayCounters: GatewayCounters{Requests: 2, TotalTokens: 50}}}); err != nil {
+			t.Fatal(err)
+		}
+		var seen GatewayCounters
+		var seenOthers int64
+		calls := 0
+		total, ok, err := s.AdmitGatewayCall(ctx, GatewayAdmission{
+			SandboxID: "sb-a", Provider: "openai", Daemon: "d-me",
+			Pending:      GatewayCounters{Requests: 1, TotalTokens: 7},
+			Reservations: true,
+			LiveAfter:    now.Add(-time.Minute),
+			Decide: func(total GatewayCounters, others int64) (GatewayCounters, int64) {
+				calls++
+				seen, seenOthers = total, others
+				return GatewayCounters{Requests: 1}, 40
+			},
+		})
+		if err != nil || !ok {
+			t.Fatalf("AdmitGatewayCall: ok %v, %v", ok, err)
+		}
+		if calls != 1 {
+			t.Errorf("Decide called %d times, want 1", calls)
+		}
+		if want := (GatewayCounters{Requests: 3, TotalTokens: 57}); seen != want {
+			t.Errorf("Decide saw total %+v, want %+v (the pending counts added)", seen, want)
+		}
+		if seenOthers != 100 {
+			t.Errorf("Decide saw others' reservations %d, want 100 (d-live's; d-dead's heartbeat is too old, d-me's own)", seenOthers)
+		}
+		if want := (GatewayCounters{Requests: 4, TotalTokens: 57}); total != want {
+			t.Errorf("total after: %+v, want %+v", total, want)
+		}
+		rs, err := s.GatewayReservations(ctx, "sb-a", "openai")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(map[string]int64{"d-live": 100, "d-dead": 1000, "d-me": 40}, rs); diff != "" {
+			t.Errorf("reservations (-want +got):\n%s", diff)
+		}
+		// Released to none, the row goes; Unregister takes a daemon's.
+		if err := s.SetGatewayReservation(ctx, "sb-a", "openai", "d-me", 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Unregister(ctx, "d-live"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteGatewayReservations(ctx, "d-dead"); err != nil {
+			t.Fatal(err)
+		}
+		if rs, err = s.GatewayReservations(ctx, "sb-a", "openai"); err != nil || len(rs) != 0 {
+			t.Errorf("reservations after release, unregister and delete: %v, %v; want none", rs, err)
+		}
+
+		// A sandbox that is gone: nothing decided, nothing written.
+		_, ok, err = s.AdmitGatewayCall(ctx, GatewayAdmission{SandboxID: "sb-gone", Provider: "openai", Daemon: "d-me",
+			Decide: func(GatewayCounters, int64) (GatewayCounters, int64) {
+				t.Error("Decide called for a missing sandbox")
+				return GatewayCounters{}, 1
+			}})
+		if err != nil || ok {
+			t.Errorf("admission for a missing sandbox: ok %v, %v; want false, nil", ok, err)
+		}
+		if err := s.SetGatewayReservation(ctx, "sb-gone", "openai", "d-me", 5); err != nil {
+			t.Errorf("reservation of a missing sandbox: %v, want nil", err)
+		}
+		if rs, _ := s.GatewayReservations(ctx, "sb-gone", "openai"); len(rs) != 0 {
+			t.Errorf("reservation of a missing sandbox written: %v", rs)
+		}
+
+		// Deleting the sandbox takes its reservations.
+		if err := s.SetGatewayReservation(ctx, "sb-a", "openai", "d-me", 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, "sb-a"); err != nil {
+			t.Fatal(err)
+		}
+		if rs, _ := s.GatewayReservations(ctx, "sb-a", "openai"); len(rs) != 0 {
+			t.Errorf("reservations of a deleted sandbox: %v", rs)
+		}
+	})
+}
+
+// TestAdmitGatewayCallOrdered: admissions from several daemons at once,
+// each letting a call through while the requests and tokens held are
+// under a budget, let through exactly the budget: each sees the ones
+// before it.
+func TestAdmitGatewayCallOrdered(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, be backend) {
+		s, target := openTest(t, be)
+		ctx := t.Context()
+		now := time.Now()
+		if err := s.Put(ctx, sandbox("sb-a", wire.StateRunning, now, nil)); err != nil {
+			t.Fatal(err)
+		}
+		const daemons, each, budget = 4, 6, 9
+		var (
+			mu       sync.Mutex
+			admitted int
+		)
+		var wg sync.WaitGroup
+		for d := range daemons {
+			id := "d-" + string(rune('a'+d))
+			if err := s.Heartbeat(ctx, id, "http://127.0.0.1:1", now); err != nil {
+				t.Fatal(err)
+			}
+			// A Store of its own, as a daemon has.
+			ds, err := Open(ctx, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ds.Close() })
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var mine int64
+				for range each {
+					_, _, err := ds.AdmitGatewayCall(ctx, GatewayAdmission{SandboxID: "sb-a", Provider: "openai", Daemon: id, Reservations: true, LiveAfter: now.Add(-time.Minute),
+						Decide: func(total GatewayCounters, others int64) (GatewayCounters, int64) {
+							// Requests and held tokens (10 a call) both count.
+							if total.Requests >= budget || others+mine+10 > budget*10 {
+								return GatewayCounters{Rejected: 1}, mine
+							}
+							mine += 10
+							mu.Lock()
+							admitted++
+							mu.Unlock()
+							return GatewayCounters{Requests: 1}, mine
+						}})
+					if err != nil {
+						t.Errorf("daemon %s: %v", id, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if admitted != budget {
+			t.Errorf("%d daemons admitting %d calls each at once let %d through, want the budget of %d", daemons, each, admitted, budget)
+		}
+		us, err := s.ListGatewayUsage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(us) != 1 || us[0].Requests != budget || us[0].Rejected != daemons*each-budget {
+			t.Errorf("usage %+v, want %d requests and %d rejected", us, budget, daemons*each-budget)
+		}
+		rs, err := s.GatewayReservations(ctx, "sb-a", "openai")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held int64
+		for _, n := range rs {
+			held += n
+		}
+		if held != budget*10 {
+			t.Errorf("reservations held %d tokens (%v), want %d", held, rs, budget*10)
+		}
+	})
+}

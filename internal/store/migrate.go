@@ -176,6 +176,16 @@ var migrations = []string{
 		FROM gateway_usage WHERE sandbox_id IN (SELECT id FROM sandboxes)
 		ON CONFLICT (sandbox_id, provider) DO NOTHING;
 	DELETE FROM gateway_usage;`,
+	// 14: the tokens the gateway calls in flight on each daemon of a set
+	// hold of a sandbox's token budget (see AdmitGatewayCall), so that a
+	// daemon admitting a call counts the other daemons' calls too.
+	`CREATE TABLE IF NOT EXISTS gateway_reservations (
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+		provider   TEXT NOT NULL,
+		daemon_id  TEXT NOT NULL,
+		tokens     INTEGER NOT NULL,
+		PRIMARY KEY (sandbox_id, provider, daemon_id)
+	) WITHOUT ROWID;`,
 }
 
 // postgresMigrations replace the migrations whose SQLite text postgresDDL
