@@ -478,8 +478,8 @@ func (d *Daemon) removeLeftovers() {
 	os.RemoveAll(d.DataDir)
 }
 
-// removeInstance removes the containers and volumes labelled with the
-// instance id of dataDir.
+// removeInstance removes the containers, volumes and images labelled
+// with the instance id of dataDir.
 func removeInstance(dataDir string) {
 	b, err := os.ReadFile(filepath.Join(dataDir, "instance"))
 	id := strings.TrimSpace(string(b))
@@ -492,6 +492,12 @@ func removeInstance(dataDir string) {
 	}
 	if out, err := exec.Command("docker", "volume", "ls", "-q", "--filter", filter).Output(); err == nil && len(strings.Fields(string(out))) > 0 {
 		_ = exec.Command("docker", append([]string{"volume", "rm", "-f"}, strings.Fields(string(out))...)...).Run()
+	}
+	// Its snapshots' images (a test that deleted its snapshot while a
+	// sandbox made from it still ran left the image), now that no box
+	// uses them.
+	if out, err := exec.Command("docker", "image", "ls", "-q", "--filter", filter).Output(); err == nil && len(strings.Fields(string(out))) > 0 {
+		_ = exec.Command("docker", append([]string{"image", "rm", "-f"}, strings.Fields(string(out))...)...).Run()
 	}
 }
 

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	testdaemon.SetSharedOptions(testdaemon.Options{Args: []string{"--allow-local-repos"}})
 	code := m.Run()
 	testdaemon.CloseShared()
+	for _, name := range templateNames {
+		removeTemplateImages(name, true)
+	}
 	os.Exit(code)
 }
 

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,19 +47,36 @@ func templateName(t *testing.T) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	name := "e2e-" + hex.EncodeToString(b)
-	t.Cleanup(func() { removeTemplateImages(name) })
+	templateNamesMu.Lock()
+	templateNames = append(templateNames, name)
+	templateNamesMu.Unlock()
+	t.Cleanup(func() { removeTemplateImages(name, false) })
 	return name
 }
 
-// removeTemplateImages removes the images left of template name. The
-// engine untags at once but may take long to delete layers on a busy host:
-// the wait is bounded, the untagged layers go with the engine's pruning.
-func removeTemplateImages(name string) {
+// templateNames are the names templateName gave, for TestMain to remove
+// what their tests' cleanups could not: an image a sandbox of the shared
+// daemon (a pool's box, one the test left) still used then.
+var (
+	templateNamesMu sync.Mutex
+	templateNames   []string
+)
+
+// removeTemplateImages removes the images left of template name; force
+// (at the end of the run, once the shared daemon and its boxes are gone)
+// removes them even if a container still refers to them. The engine
+// untags at once but may take long to delete layers on a busy host: the
+// wait is bounded, the untagged layers go with the engine's pruning.
+func removeTemplateImages(name string, force bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, _ := exec.CommandContext(ctx, "docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "hotcell-tpl/"+name).Output()
 	for _, ref := range strings.Fields(string(out)) {
-		_ = exec.CommandContext(ctx, "docker", "image", "rm", ref).Run()
+		args := []string{"image", "rm", ref}
+		if force {
+			args = []string{"image", "rm", "-f", ref}
+		}
+		_ = exec.CommandContext(ctx, "docker", args...).Run()
 	}
 }
 
