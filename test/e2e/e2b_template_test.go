@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/e2btest"
 	"github.com/hotcell/hotcell/internal/testdaemon"
 	"github.com/hotcell/hotcell/internal/testenv"
 )
@@ -15,7 +16,7 @@ import (
 // from hotcell template <name>, built or saved from a sandbox.
 func TestE2BTemplate(t *testing.T) {
 	d := sharedDaemon(t)
-	requireE2BSDK(t)
+	e2btest.RequireSDK(t)
 	ctx := t.Context()
 	built := templateName(t)
 	dockerfile := "FROM hotcell/base:latest\nRUN echo from-e2b-template > /opt/e2b-tpl.txt\n"
@@ -44,7 +45,7 @@ func TestE2BTemplate(t *testing.T) {
 // metadata (checked by the script, in the box and on hotcell's record).
 func TestE2BTemplatePool(t *testing.T) {
 	testenv.RequireDocker(t)
-	requireE2BSDK(t)
+	e2btest.RequireSDK(t)
 	t.Parallel()
 	d := testdaemon.Start(t)
 	t.Cleanup(d.Close)

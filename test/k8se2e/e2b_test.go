@@ -3,16 +3,14 @@ package k8se2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/e2b"
+	"github.com/hotcell/hotcell/internal/e2btest"
 	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/testk8s"
 )
@@ -31,7 +29,7 @@ import (
 //     (files.test.mjs), each on pods of the base image made here, whose
 //     envd tokens are derived as the daemon derives them.
 func TestKubernetesE2BSDK(t *testing.T) {
-	node := requireE2BSDK(t)
+	e2btest.RequireSDK(t)
 	// The control script keeps up to eight sandboxes at once, beside other
 	// packages' pods on the node's 2 CPUs: a tenth of a CPU each.
 	d := startKubeDaemon(t, "--default-limits", "cpus=0.1")
@@ -57,32 +55,7 @@ func TestKubernetesE2BSDK(t *testing.T) {
 		t.Fatalf("read the daemon's e2b secret: %v", err)
 	}
 	envd := e2b.New(e2b.Options{Secret: []byte(secret)})
-	base := "http://" + d.Addr
-	// run runs node --test with args (the script last) and env.
-	run := func(t *testing.T, args []string, env ...string) {
-		t.Helper()
-		script := args[len(args)-1]
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, node, append([]string{"--test", "--test-reporter=spec"}, args...)...)
-		cmd.Dir = e2bDir
-		cmd.Env = append(os.Environ(),
-			"E2B_API_URL="+base+"/e2b",
-			"E2B_SANDBOX_URL="+base+"/e2b",
-			"E2B_API_KEY="+key.Key,
-			"E2B_TEMPLATE="+image,
-			"HOTCELL_URL="+base,
-			"HOTCELL_TOKEN="+strings.TrimSpace(string(token)),
-			"NO_COLOR=1",
-		)
-		cmd.Env = append(cmd.Env, env...)
-		cmd.WaitDelay = 10 * time.Second
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("node --test e2b/%s: %v\n%s\n--- daemon log (tail) ---\n%s", script, err, out, d.Logs())
-		}
-		t.Logf("node --test e2b/%s:\n%s", script, out)
-	}
+	target := e2btest.Target{Addr: d.Addr, Token: string(token), APIKey: key.Key, Template: image, Logs: d.Logs}
 	// A pod of the base image with the E2B user account (until the base
 	// image has it), as the Docker daemon's E2B tests make theirs.
 	sandbox := func(t *testing.T) client.Sandbox {
@@ -99,11 +72,11 @@ func TestKubernetesE2BSDK(t *testing.T) {
 
 	t.Run("control", func(t *testing.T) {
 		// A pod cannot pause: the script checks the refusal instead.
-		run(t, []string{"control.test.mjs"}, "E2B_ENVD_VERSION="+e2b.EnvdVersion, "E2B_TEST_NO_PAUSE=1")
+		e2btest.Run(t, target, "control.test.mjs", "E2B_ENVD_VERSION="+e2b.EnvdVersion, "E2B_TEST_NO_PAUSE=1")
 	})
 	t.Run("commands", func(t *testing.T) {
 		sb := sandbox(t)
-		run(t, []string{"commands.test.mjs"},
+		e2btest.Run(t, target, "commands.test.mjs",
 			"E2B_TEST_SANDBOX_ID="+sb.ID,
 			"E2B_TEST_ENVD_TOKEN="+envd.EnvdToken(sb.ID),
 			"E2B_TEST_MISSING_ID=sb-missing-e2b-process",
@@ -112,28 +85,10 @@ func TestKubernetesE2BSDK(t *testing.T) {
 	})
 	t.Run("files", func(t *testing.T) {
 		sb, other := sandbox(t), sandbox(t)
-		run(t, []string{"files.test.mjs"},
+		e2btest.Run(t, target, "files.test.mjs",
 			"E2B_TEST_SANDBOX_ID="+sb.ID,
 			"E2B_TEST_ENVD_TOKEN="+envd.EnvdToken(sb.ID),
 			"E2B_TEST_OTHER_ID="+other.ID,
 			"E2B_TEST_OTHER_TOKEN="+envd.EnvdToken(other.ID))
 	})
-}
-
-// e2bDir holds the E2B scripts and the SDK that scripts/test installs
-// there (npm ci).
-var e2bDir = filepath.Join("..", "e2e", "e2b")
-
-// requireE2BSDK returns the node binary once the e2b SDK is installed in
-// e2bDir; without either the test skips, or fails in CI.
-func requireE2BSDK(t *testing.T) string {
-	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.SkipOrFail(t, "needs Node.js 20.18 or newer for the e2b SDK: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json")); err != nil {
-		testenv.SkipOrFail(t, "needs the e2b SDK in test/e2e/e2b (cd test/e2e/e2b && npm ci): %v", err)
-	}
-	return node
 }
