@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hotcell/hotcell/internal/config"
+	"github.com/hotcell/hotcell/internal/gateway/gatewaytest"
 )
 
 func TestInspect(t *testing.T) {
@@ -184,23 +185,22 @@ func (e *env) streamCall(ctx context.Context, token, body string) (int, string) 
 	return resp.StatusCode, sb.String()
 }
 
-// TestProxyTokenBudgetHolds is the reproduced attack: streamed calls that
-// do not ask for their usage, many at once, against a 1,500-token budget.
-// What the upstream bills stays within the budget and one reservation.
-func TestProxyTokenBudgetHolds(t *testing.T) {
-	t.Parallel()
-	const budget, maxTokens = 1500, 400
-	e := newEnv(t, func(p *config.Provider) { p.BudgetTokens = budget }, nil)
-	vars := e.grant("sb-1", "openai")
-	body := fmt.Sprintf(`{"model":"m","stream":true,"max_tokens":%d}`, maxTokens)
-	held, release := e.up.Hold()
+// streamBurst sends n streamed calls at once, call i through through(i),
+// with up holding every stream before its last event: it waits for the
+// admitted ones to reach up and the refusals to come, lets the streams
+// end, and returns how many were answered 200 and 429 (any other status
+// fails t).
+func streamBurst(t *testing.T, up *gatewaytest.Upstream, n int, through func(i int) *env, token, body string) (ok, refused int) {
+	t.Helper()
+	held, release := up.Hold()
 	var wg sync.WaitGroup
-	statuses := make(chan int, 8)
-	for range 8 {
+	statuses := make(chan int, n)
+	for i := range n {
+		e := through(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, _ := e.streamCall(t.Context(), vars["OPENAI_API_KEY"], body)
+			st, _ := e.streamCall(t.Context(), token, body)
 			statuses <- st
 		}()
 	}
@@ -223,7 +223,6 @@ wait:
 	release()
 	wg.Wait()
 	close(statuses)
-	var ok, refused int
 	for st := range statuses {
 		switch st {
 		case 200:
@@ -234,6 +233,19 @@ wait:
 			t.Errorf("status %d", st)
 		}
 	}
+	return ok, refused
+}
+
+// TestProxyTokenBudgetHolds is the reproduced attack: streamed calls that
+// do not ask for their usage, many at once, against a 1,500-token budget.
+// What the upstream bills stays within the budget and one reservation.
+func TestProxyTokenBudgetHolds(t *testing.T) {
+	t.Parallel()
+	const budget, maxTokens = 1500, 400
+	e := newEnv(t, func(p *config.Provider) { p.BudgetTokens = budget }, nil)
+	vars := e.grant("sb-1", "openai")
+	body := fmt.Sprintf(`{"model":"m","stream":true,"max_tokens":%d}`, maxTokens)
+	ok, refused := streamBurst(t, e.up, 8, func(int) *env { return e }, vars["OPENAI_API_KEY"], body)
 	reservation := int64(inputEstimate(int64(len(body))) + maxTokens)
 	if billed := e.up.Billed(); billed > budget+reservation {
 		t.Errorf("upstream billed %d tokens, over the budget %d + one reservation %d", billed, budget, reservation)

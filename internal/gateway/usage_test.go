@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -163,50 +162,12 @@ func TestTokenBudgetHoldsAcrossDaemons(t *testing.T) {
 	b := newEnvAt(t, url, up, limit, sharedAs("d-b"))
 	a.beat(time.Now(), "d-a", "d-b")
 	body := fmt.Sprintf(`{"model":"m","stream":true,"max_tokens":%d}`, maxTokens)
-	held, release := up.Hold()
-	var wg sync.WaitGroup
-	statuses := make(chan int, 8)
-	for i := range 8 {
-		e := a
+	ok, refused := streamBurst(t, up, 8, func(i int) *env {
 		if i%2 == 1 {
-			e = b
+			return b
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st, _ := e.streamCall(t.Context(), vars["OPENAI_API_KEY"], body)
-			statuses <- st
-		}()
-	}
-	admitted := 0
-	deadline := time.After(20 * time.Second)
-wait:
-	for {
-		select {
-		case <-held:
-			admitted++
-		case <-deadline:
-			break wait
-		case <-time.After(time.Second):
-			if admitted > 0 {
-				break wait
-			}
-		}
-	}
-	release()
-	wg.Wait()
-	close(statuses)
-	var ok, refused int
-	for st := range statuses {
-		switch st {
-		case 200:
-			ok++
-		case 429:
-			refused++
-		default:
-			t.Errorf("status %d", st)
-		}
-	}
+		return a
+	}, vars["OPENAI_API_KEY"], body)
 	reservation := int64(inputEstimate(int64(len(body))) + maxTokens)
 	if billed := up.Billed(); billed > budget+reservation {
 		t.Errorf("the set's upstream billed %d tokens (%d calls let through), over the budget %d + one reservation %d", billed, ok, budget, reservation)
