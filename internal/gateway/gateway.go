@@ -566,14 +566,16 @@ func (g *Gateway) Flush(ctx context.Context) error {
 	return err
 }
 
-// admitShared decides a budgeted call's admission on a store the daemons
-// of a set share: in one transaction the store adds what this daemon has
-// not written, locks the sandbox's total, and sums the tokens the other
-// live daemons' calls hold; the budget is checked on those, and the
-// call's count and this daemon's reservation are written before the
-// total is let go. So two daemons admitting at once are ordered and the
-// set's calls pass the token budget by at most one reservation, as one
-// daemon's do. ok is false when it could not decide (the store did not
+// admitShared decides a call's admission on a store the daemons of a set
+// share: in one transaction the store adds what this daemon has not
+// written, locks the sandbox's total, and sums the tokens the other live
+// daemons' calls hold; the budgets and the rate limit are checked on
+// those and on the rate bucket the set's last admission left, and the
+// call's count, this daemon's reservation and the bucket are written
+// before the total is let go. So two daemons admitting at once are
+// ordered, the set's calls pass the token budget by at most one
+// reservation, as one daemon's do, and the rate is the set's, not each
+// daemon's. ok is false when it could not decide (the store did not
 // answer, or the sandbox is gone): the caller then decides on this
 // daemon's counts.
 func (g *Gateway) admitShared(ctx context.Context, k key, c *counters, p *provider, reserve int64) (rej *rejection, ok bool) {
@@ -588,11 +590,12 @@ func (g *Gateway) admitShared(ctx context.Context, k key, c *counters, p *provid
 	)
 	total, found, err := g.opts.Store.AdmitGatewayCall(ctx, store.GatewayAdmission{
 		SandboxID: k.sandbox, Provider: k.provider, Daemon: g.opts.Daemon,
-		Pending: delta, Reservations: p.budgetTokens > 0, LiveAfter: now.Add(-g.opts.LiveFor),
-		Decide: func(total store.GatewayCounters, others int64) (store.GatewayCounters, int64) {
-			rej, add, reserved = c.admitOn(p, now, reserve, total, at, others)
+		Pending: delta, Reservations: p.budgetTokens > 0, Rate: p.rate > 0, LiveAfter: now.Add(-g.opts.LiveFor),
+		Decide: func(total store.GatewayCounters, others int64, rate store.GatewayRate) (store.GatewayCounters, int64, store.GatewayRate) {
+			var after store.GatewayRate
+			rej, add, reserved, after = c.admitOn(p, now, reserve, total, at, others, rate)
 			decided = true
-			return add, reserved
+			return add, reserved, after
 		},
 	})
 	switch {

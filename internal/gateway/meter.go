@@ -275,16 +275,19 @@ func (c *counters) admit(p *provider, now time.Time, reserve int64) *rejection {
 }
 
 // admitOn is admit on a set's counts (admitShared): total is the store's
-// total, which has this daemon's counts up to at added, and others the
-// tokens the other daemons' calls in flight hold. It returns what it
-// counted, for the store, and the tokens this daemon's calls hold now.
-func (c *counters) admitOn(p *provider, now time.Time, reserve int64, total, at store.GatewayCounters, others int64) (*rejection, store.GatewayCounters, int64) {
+// total, which has this daemon's counts up to at added, others the
+// tokens the other daemons' calls in flight hold, and rate the rate
+// bucket as the set's last admission left it. It returns what it
+// counted, for the store, the tokens this daemon's calls hold now, and
+// the bucket it leaves.
+func (c *counters) admitOn(p *provider, now time.Time, reserve int64, total, at store.GatewayCounters, others int64, rate store.GatewayRate) (*rejection, store.GatewayCounters, int64, store.GatewayRate) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// What was counted here since at (a call's end) is on top.
 	used := addCounters(total, subCounters(c.c, at))
+	c.bucket, c.filled = rate.Bucket, rate.Filled
 	rej, add := c.decide(p, now, reserve, used, others)
-	return rej, add, c.reserved
+	return rej, add, c.reserved, store.GatewayRate{Bucket: c.bucket, Filled: c.filled}
 }
 
 // decide is admit's decision on the counts used and the tokens others

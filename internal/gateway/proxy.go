@@ -117,12 +117,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	st.delivered = st.bodyEnded
 }
 
-// admitCall decides a budgeted call's admission on a store other
-// daemons add to, where their counts and reservations decide the budget
-// too (admitShared). decided is false when the caller is to decide on
-// this daemon's counters (c.admit).
+// admitCall decides the admission of a call of a provider with a budget
+// or a rate limit on a store other daemons add to, where their counts,
+// reservations and draws on the rate decide too (admitShared). decided is
+// false when the caller is to decide on this daemon's counters (c.admit).
 func (g *Gateway) admitCall(ctx context.Context, k key, c *counters, p *provider, reserve int64) (rej *rejection, decided bool) {
-	if !g.opts.Shared || !p.budgeted() {
+	if !g.opts.Shared || !p.budgeted() && p.rate == 0 {
 		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, writeThroughTimeout)

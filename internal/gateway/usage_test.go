@@ -130,6 +130,37 @@ func TestBudgetHoldsAcrossDaemons(t *testing.T) {
 	}
 }
 
+// TestRateHoldsAcrossDaemons: a rate limit of 3 calls a minute holds for
+// a sandbox whose calls alternate between two daemons of a set: the set's
+// bucket, kept in the store, lets 3 through, not 3 on each daemon.
+func TestRateHoldsAcrossDaemons(t *testing.T) {
+	t.Parallel()
+	url := testenv.RequirePostgres(t)
+	up := gatewaytest.New(t)
+	rate := func(p *config.Provider) { p.RatePerMinute = 3 }
+	a := newEnvAt(t, url, up, rate, sharedAs("d-a"))
+	vars := a.grant("sb-1", "openai")
+	b := newEnvAt(t, url, up, rate, sharedAs("d-b"))
+	var codes []int
+	for i := range 6 {
+		e := a
+		if i%2 == 1 {
+			e = b
+		}
+		resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+vars["OPENAI_API_KEY"], `{}`)
+		codes = append(codes, resp.StatusCode)
+		if resp.StatusCode == http.StatusTooManyRequests && (!strings.Contains(body, "rate_limited") || resp.Header.Get("Retry-After") == "") {
+			t.Errorf("call %d: 429 %s (Retry-After %q), want rate_limited with a Retry-After", i, body, resp.Header.Get("Retry-After"))
+		}
+	}
+	if want := []int{200, 200, 200, 429, 429, 429}; !slices.Equal(codes, want) {
+		t.Errorf("calls alternating between two daemons under a rate of 3 a minute: %v, want %v", codes, want)
+	}
+	if got := len(up.Requests()); got != 3 {
+		t.Errorf("the upstream got %d calls, want 3", got)
+	}
+}
+
 // sharedAs makes a gateway one of a set's daemons, id in the registry.
 func sharedAs(id string) func(*Options) {
 	return func(o *Options) { o.Shared, o.Daemon = true, id }

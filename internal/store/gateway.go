@@ -179,19 +179,49 @@ type GatewayAdmission struct {
 	Pending GatewayCounters
 	// Reservations says the call's provider has a token budget, which the
 	// daemons' reservations count against: they are summed for Decide and
-	// this daemon's is written. Without it neither is (a store round trip
-	// each), and Decide sees none.
+	// this daemon's is written. Without it neither is, and Decide sees
+	// none.
 	Reservations bool
+	// Rate says the call's provider has a rate limit: the set's bucket is
+	// read for Decide and the one it returns written. Without it Decide
+	// sees a never-filled bucket, and what it returns is dropped.
+	Rate bool
 	// LiveAfter: the reservations of a daemon whose last heartbeat is
 	// not after it are not counted (a daemon killed with calls in flight
 	// left them behind).
 	LiveAfter time.Time
 	// Decide is called once, in the transaction, with the sandbox's total
-	// (Pending added) and the tokens the other live daemons' calls hold.
-	// It returns what to add to the total (the call, counted as a request
-	// or a rejection) and the tokens this daemon's calls hold now, its
-	// own admitted or not.
-	Decide func(total GatewayCounters, others int64) (add GatewayCounters, reserved int64)
+	// (Pending added), the tokens the other live daemons' calls hold and
+	// the rate bucket as the set's last admission left it. It returns
+	// what to add to the total (the call, counted as a request or a
+	// rejection), the tokens this daemon's calls hold now, its own
+	// admitted or not, and the bucket to leave.
+	Decide func(total GatewayCounters, others int64, rate GatewayRate) (add GatewayCounters, reserved int64, after GatewayRate)
+}
+
+// GatewayRate is a sandbox's rate bucket for a provider: Bucket requests'
+// worth left (kept to a millionth) when it was last filled, at Filled. A
+// zero Filled was never filled: the bucket is full.
+type GatewayRate struct {
+	Bucket float64
+	Filled time.Time
+}
+
+// rateUnit is what the store counts a bucket in: a millionth of a request.
+const rateUnit = 1e6
+
+func (r GatewayRate) columns() (bucket, filled int64) {
+	if r.Filled.IsZero() {
+		return -1, 0
+	}
+	return int64(r.Bucket*rateUnit + 0.5), unixNano(r.Filled)
+}
+
+func rateFrom(bucket, filled int64) GatewayRate {
+	if bucket < 0 || filled == 0 {
+		return GatewayRate{}
+	}
+	return GatewayRate{Bucket: float64(bucket) / rateUnit, Filled: fromUnixNano(filled)}
 }
 
 // AdmitGatewayCall decides a gateway call's admission on a store several
@@ -210,21 +240,35 @@ func (s *Store) AdmitGatewayCall(ctx context.Context, a GatewayAdmission) (total
 		// A statement of its own, after the lock: on PostgreSQL it reads
 		// a snapshot taken once the daemon ahead has committed (a
 		// subquery of the upsert would read the upsert's, from before).
-		var others int64
-		if a.Reservations {
-			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(r.tokens), 0) FROM gateway_reservations r JOIN daemons d ON d.id = r.daemon_id
-				WHERE r.sandbox_id = ? AND r.provider = ? AND r.daemon_id <> ? AND d.heartbeat_at > ?`,
-				a.SandboxID, a.Provider, a.Daemon, unixNano(a.LiveAfter)).Scan(&others); err != nil {
-				return fmt.Errorf("read the gateway reservations of sandbox %q: %w", a.SandboxID, err)
+		var others, bucket, filled int64
+		if a.Reservations || a.Rate {
+			if err := tx.QueryRowContext(ctx, `SELECT
+					COALESCE((SELECT SUM(r.tokens) FROM gateway_reservations r JOIN daemons d ON d.id = r.daemon_id
+						WHERE r.sandbox_id = ? AND r.provider = ? AND r.daemon_id <> ? AND d.heartbeat_at > ?), 0),
+					COALESCE((SELECT bucket FROM gateway_rates WHERE sandbox_id = ? AND provider = ?), -1),
+					COALESCE((SELECT filled_at FROM gateway_rates WHERE sandbox_id = ? AND provider = ?), 0)`,
+				a.SandboxID, a.Provider, a.Daemon, unixNano(a.LiveAfter), a.SandboxID, a.Provider, a.SandboxID, a.Provider).Scan(&others, &bucket, &filled); err != nil {
+				return fmt.Errorf("read the gateway reservations and rate of sandbox %q: %w", a.SandboxID, err)
 			}
 		}
-		add, reserved := a.Decide(t.GatewayCounters, others)
+		if !a.Reservations {
+			others = 0
+		}
+		add, reserved, after := a.Decide(t.GatewayCounters, others, rateFrom(bucket, filled))
 		if t, _, err = addUsage(ctx, tx, GatewayUsage{SandboxID: a.SandboxID, Provider: a.Provider, GatewayCounters: add}); err != nil {
 			return err
 		}
 		if a.Reservations {
 			if err := setReservation(ctx, tx, a.SandboxID, a.Provider, a.Daemon, reserved); err != nil {
 				return err
+			}
+		}
+		if a.Rate {
+			bucket, filled := after.columns()
+			if _, err := tx.ExecContext(ctx, `INSERT INTO gateway_rates (sandbox_id, provider, bucket, filled_at) VALUES (?, ?, ?, ?)
+				ON CONFLICT (sandbox_id, provider) DO UPDATE SET bucket = excluded.bucket, filled_at = excluded.filled_at`,
+				a.SandboxID, a.Provider, bucket, filled); err != nil {
+				return fmt.Errorf("record the gateway rate bucket of sandbox %q: %w", a.SandboxID, err)
 			}
 		}
 		total, ok = t.GatewayCounters, true

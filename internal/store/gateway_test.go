@@ -223,23 +223,29 @@ func TestAdmitGatewayCall(t *testing.T) {
 		}
 		var seen GatewayCounters
 		var seenOthers int64
+		var seenRate GatewayRate
 		calls := 0
-		total, ok, err := s.AdmitGatewayCall(ctx, GatewayAdmission{
-			SandboxID: "sb-a", Provider: "openai", Daemon: "d-me",
-			Pending:      GatewayCounters{Requests: 1, TotalTokens: 7},
-			Reservations: true,
-			LiveAfter:    now.Add(-time.Minute),
-			Decide: func(total GatewayCounters, others int64) (GatewayCounters, int64) {
-				calls++
-				seen, seenOthers = total, others
-				return GatewayCounters{Requests: 1}, 40
-			},
-		})
+		filled := now.Add(-3 * time.Second).Round(0)
+		admit := func(pending GatewayCounters, leave GatewayRate) (GatewayCounters, bool, error) {
+			return s.AdmitGatewayCall(ctx, GatewayAdmission{
+				SandboxID: "sb-a", Provider: "openai", Daemon: "d-me",
+				Pending:      pending,
+				Reservations: true,
+				Rate:         true,
+				LiveAfter:    now.Add(-time.Minute),
+				Decide: func(total GatewayCounters, others int64, rate GatewayRate) (GatewayCounters, int64, GatewayRate) {
+					calls++
+					seen, seenOthers, seenRate = total, others, rate
+					return GatewayCounters{Requests: 1}, 40, leave
+				},
+			})
+		}
+		total, ok, err := admit(GatewayCounters{Requests: 1, TotalTokens: 7}, GatewayRate{Bucket: 2.25, Filled: filled})
 		if err != nil || !ok {
 			t.Fatalf("AdmitGatewayCall: ok %v, %v", ok, err)
 		}
 		if calls != 1 {
-			t.Errorf("Decide called %d times, want 1", calls)
+			t.Errorf("Decide called %d times in one admission, want 1", calls)
 		}
 		if want := (GatewayCounters{Requests: 3, TotalTokens: 57}); seen != want {
 			t.Errorf("Decide saw total %+v, want %+v (the pending counts added)", seen, want)
@@ -249,6 +255,22 @@ func TestAdmitGatewayCall(t *testing.T) {
 		}
 		if want := (GatewayCounters{Requests: 4, TotalTokens: 57}); total != want {
 			t.Errorf("total after: %+v, want %+v", total, want)
+		}
+		if !seenRate.Filled.IsZero() {
+			t.Errorf("the first admission saw a rate bucket %+v, want a never-filled one", seenRate)
+		}
+		// The next admission sees the bucket the last one left.
+		if _, _, err := admit(GatewayCounters{}, GatewayRate{}); err != nil {
+			t.Fatal(err)
+		}
+		if seenRate.Bucket != 2.25 || !seenRate.Filled.Equal(filled) {
+			t.Errorf("the second admission saw the rate bucket %+v, want 2.25 filled at %v", seenRate, filled)
+		}
+		if total, _, _ = admit(GatewayCounters{}, GatewayRate{}); total.Requests != 6 || !seenRate.Filled.IsZero() {
+			t.Errorf("after a third admission: %+v, bucket seen %+v; want 6 requests and the bucket left unfilled", total, seenRate)
+		}
+		if err := s.SetGatewayReservation(ctx, "sb-a", "openai", "d-me", 40); err != nil {
+			t.Fatal(err)
 		}
 		rs, err := s.GatewayReservations(ctx, "sb-a", "openai")
 		if err != nil {
@@ -273,9 +295,9 @@ func TestAdmitGatewayCall(t *testing.T) {
 
 		// A sandbox that is gone: nothing decided, nothing written.
 		_, ok, err = s.AdmitGatewayCall(ctx, GatewayAdmission{SandboxID: "sb-gone", Provider: "openai", Daemon: "d-me",
-			Decide: func(GatewayCounters, int64) (GatewayCounters, int64) {
+			Decide: func(GatewayCounters, int64, GatewayRate) (GatewayCounters, int64, GatewayRate) {
 				t.Error("Decide called for a missing sandbox")
-				return GatewayCounters{}, 1
+				return GatewayCounters{}, 1, GatewayRate{}
 			}})
 		if err != nil || ok {
 			t.Errorf("admission for a missing sandbox: ok %v, %v; want false, nil", ok, err)
@@ -336,16 +358,16 @@ func TestAdmitGatewayCallOrdered(t *testing.T) {
 				var mine int64
 				for range each {
 					_, _, err := ds.AdmitGatewayCall(ctx, GatewayAdmission{SandboxID: "sb-a", Provider: "openai", Daemon: id, Reservations: true, LiveAfter: now.Add(-time.Minute),
-						Decide: func(total GatewayCounters, others int64) (GatewayCounters, int64) {
+						Decide: func(total GatewayCounters, others int64, rate GatewayRate) (GatewayCounters, int64, GatewayRate) {
 							// Requests and held tokens (10 a call) both count.
 							if total.Requests >= budget || others+mine+10 > budget*10 {
-								return GatewayCounters{Rejected: 1}, mine
+								return GatewayCounters{Rejected: 1}, mine, rate
 							}
 							mine += 10
 							mu.Lock()
 							admitted++
 							mu.Unlock()
-							return GatewayCounters{Requests: 1}, mine
+							return GatewayCounters{Requests: 1}, mine, rate
 						}})
 					if err != nil {
 						t.Errorf("daemon %s: %v", id, err)

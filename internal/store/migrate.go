@@ -177,14 +177,23 @@ var migrations = []string{
 		ON CONFLICT (sandbox_id, provider) DO NOTHING;
 	DELETE FROM gateway_usage;`,
 	// 14: the tokens the gateway calls in flight on each daemon of a set
-	// hold of a sandbox's token budget (see AdmitGatewayCall), so that a
-	// daemon admitting a call counts the other daemons' calls too.
+	// hold of a sandbox's token budget, and the sandbox's rate bucket
+	// (millionths of a request; when it was filled, Unix nanoseconds),
+	// so that a daemon admitting a call counts the other daemons' calls in
+	// flight and their calls' draw on the rate too (see AdmitGatewayCall).
 	`CREATE TABLE IF NOT EXISTS gateway_reservations (
 		sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
 		provider   TEXT NOT NULL,
 		daemon_id  TEXT NOT NULL,
 		tokens     INTEGER NOT NULL,
 		PRIMARY KEY (sandbox_id, provider, daemon_id)
+	) WITHOUT ROWID;
+	CREATE TABLE IF NOT EXISTS gateway_rates (
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+		provider   TEXT NOT NULL,
+		bucket     INTEGER NOT NULL,
+		filled_at  INTEGER NOT NULL,
+		PRIMARY KEY (sandbox_id, provider)
 	) WITHOUT ROWID;`,
 }
 
