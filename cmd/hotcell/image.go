@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	dockerclient "github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
+	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/images"
 )
 
@@ -33,7 +35,7 @@ func (a *app) imageCmd() *cobra.Command {
 
 func (a *app) imageBuildCmd() *cobra.Command {
 	var (
-		busybox, noShell, code, ifStale, hotcell bool
+		busybox, noShell, code, ifStale, hotcell, agent bool
 		tag, dockerHost, binary                  string
 	)
 	cmd := &cobra.Command{
@@ -62,12 +64,18 @@ later ones only add the binary, in seconds. Give the image to the cluster
 without a registry: docker save IMAGE | ctr -n k8s.io images import - on each
 node (docs/kubernetes.md, "Egress").
 
+--agent builds ` + images.AgentRef + `, the image whose init container puts the
+agent into every pod of the Kubernetes driver (docs/kubernetes.md, "The
+pod"): the static hotcell-agent beside this hotcell binary (or --binary)
+alone, in a second. Give it to the cluster as the hotcell image.
+
 --busybox builds ` + images.BusyboxRef + ` and --noshell builds ` + images.NoShellRef + `,
 small images for tests made from the host's static busybox.`,
 		Example: `  sudo hotcell image build
   sudo hotcell image build --tag myorg/agent-base:1
   sudo hotcell image build --code --if-stale
   sudo hotcell image build --hotcell --tag hotcell/hotcell:v1
+  sudo hotcell image build --agent
   sudo hotcell image build --busybox`,
 		Args: requireArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -81,9 +89,18 @@ small images for tests made from the host's static busybox.`,
 				ref = images.CodeRef
 			case hotcell:
 				ref = images.HotcellRef
+			case agent:
+				ref = images.AgentRef
 			}
-			if binary != "" && !hotcell {
-				return usageError{errors.New("--binary goes with --hotcell")}
+			if binary != "" && !hotcell && !agent {
+				return usageError{errors.New("--binary goes with --hotcell or --agent")}
+			}
+			if agent && binary == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("build image %s: find this hotcell binary (give --binary): %w", ref, err)
+				}
+				binary = filepath.Join(filepath.Dir(exe), config.AgentBinaryName)
 			}
 			if hotcell && binary == "" {
 				exe, err := os.Executable()
@@ -134,6 +151,9 @@ small images for tests made from the host's static busybox.`,
 				err = images.BuildCode(ctx, dc, ref, progress)
 			case hotcell:
 				err = images.BuildHotcell(ctx, dc, ref, binary, progress)
+			case agent:
+				progress("building " + ref + " from " + binary)
+				err = images.BuildAgent(ctx, dc, ref, binary)
 			default:
 				err = images.BuildBase(ctx, dc, ref, progress)
 			}
@@ -152,8 +172,9 @@ small images for tests made from the host's static busybox.`,
 	f.BoolVar(&code, "code", false, "build the code-interpreter image hotcell/code instead")
 	f.BoolVar(&ifStale, "if-stale", false, "with --code: build only if the image is missing or out of date")
 	f.BoolVar(&hotcell, "hotcell", false, "build the hotcell image of the egress-node DaemonSet, hotcell/hotcell, instead")
-	f.StringVar(&binary, "binary", "", "with --hotcell: the static hotcell binary to put in it (default: this one)")
-	cmd.MarkFlagsMutuallyExclusive("busybox", "noshell", "code", "hotcell")
+	f.BoolVar(&agent, "agent", false, "build the agent image of the Kubernetes driver's pods, hotcell/agent, instead")
+	f.StringVar(&binary, "binary", "", "with --hotcell: the static hotcell binary to put in it (default: this one); with --agent: the static hotcell-agent (default: the one beside this hotcell)")
+	cmd.MarkFlagsMutuallyExclusive("busybox", "noshell", "code", "hotcell", "agent")
 	return cmd
 }
 

@@ -107,9 +107,12 @@ func (a *app) exitCode(ctx context.Context, cmd *cobra.Command, err error) int {
 	return exitError
 }
 
-// describe turns the two errors users hit most into advice.
+// describe turns the two errors users hit most into advice. A command
+// that never made the API client (image build, egress-node) did not try
+// the daemon: an unreachable address there is its own (the Docker
+// Engine's), said as it is.
 func (a *app) describe(err error) string {
-	if client.IsUnreachable(err) {
+	if a.settings.URL != "" && client.IsUnreachable(err) {
 		cause := err.Error()
 		var opErr *net.OpError
 		if errors.As(err, &opErr) && opErr.Err != nil {

@@ -391,6 +391,16 @@ func TestAgentBinaryFromPath(t *testing.T) {
 			t.Errorf("error %q: want it to contain %q", err, s)
 		}
 	}
+
+	// On Kubernetes pods get the agent from its image: none is needed,
+	// unless one is named.
+	c, err = Load(flags(t, "--driver", "kubernetes", "--agent-advertise", "10.244.0.1:8091"), envMap(nil))
+	if err != nil || c.AgentBinary != "" {
+		t.Errorf("Kubernetes without an agent binary anywhere: %q, %v; want none and no error", c.AgentBinary, err)
+	}
+	if _, err := Load(flags(t, "--driver", "kubernetes", "--agent-advertise", "10.244.0.1:8091", "--agent-binary", "/nonexistent/hotcell-agent"), envMap(nil)); err == nil || !strings.Contains(err.Error(), "agent_binary") {
+		t.Errorf("Kubernetes with a missing agent binary named: %v, want an error naming agent_binary", err)
+	}
 }
 
 func TestIsLoopback(t *testing.T) {

@@ -59,9 +59,13 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 	if created {
 		log.Info("created API token", "path", cfg.TokenPath())
 	}
-	agentPath, err := installAgent(cfg.AgentBinary, cfg.DataDir)
-	if err != nil {
-		return err
+	// On Kubernetes the agent reaches pods from kubernetes_agent_image,
+	// and the daemon may have no binary of it (config.Validate).
+	var agentPath string
+	if cfg.AgentBinary != "" {
+		if agentPath, err = installAgent(cfg.AgentBinary, cfg.DataDir); err != nil {
+			return err
+		}
 	}
 
 	st, err := store.Open(ctx, cfg.StoreTarget())
