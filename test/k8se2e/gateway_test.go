@@ -76,18 +76,27 @@ func gatewayEnv(t *testing.T, c *client.Client, id string) (base, token string) 
 // answer's status and, on a 2xx, its body (wget shows no other's).
 func postFromPod(t *testing.T, c *client.Client, id, base, token string) (int, string) {
 	t.Helper()
+	st, body, err := tryPostFromPod(t, c, id, base, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, body
+}
+
+// tryPostFromPod is postFromPod returning what stopped it.
+func tryPostFromPod(t *testing.T, c *client.Client, id, base, token string) (int, string, error) {
 	res, err := c.Exec(t.Context(), id, client.ExecRequest{Argv: []string{"wget", "-S", "-O", "-",
 		"--header", "Authorization: Bearer " + token, "--header", "Content-Type: application/json",
 		"--post-data", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, base + "/chat/completions"}, TimeoutMs: 30_000})
 	if err != nil {
-		t.Fatalf("post from %s: %v", id, err)
+		return 0, "", fmt.Errorf("post from %s: %v", id, err)
 	}
 	m := httpStatus.FindStringSubmatch(string(res.Stderr))
 	if m == nil {
-		t.Fatalf("post from %s: no HTTP answer: stdout %q, stderr %q, exit %d", id, res.Stdout, res.Stderr, res.ExitCode)
+		return 0, "", fmt.Errorf("post from %s: no HTTP answer: stdout %q, stderr %q, exit %d", id, res.Stdout, res.Stderr, res.ExitCode)
 	}
 	st, _ := strconv.Atoi(m[1])
-	return st, string(res.Stdout)
+	return st, string(res.Stdout), nil
 }
 
 var httpStatus = regexp.MustCompile(`HTTP/1\.[01] (\d{3})`)
