@@ -81,9 +81,10 @@ type Options struct {
 	// every revocation itself.
 	Recheck time.Duration
 	// Shared says other daemons add their counts to the same store (a set
-	// on PostgreSQL): a budgeted call is admitted in one store
-	// transaction, on the set's total and the tokens the other daemons'
-	// calls in flight hold (admitShared).
+	// on PostgreSQL): a call of a provider with a budget or a rate limit
+	// is admitted in one store transaction, on the set's total, the
+	// tokens the other daemons' calls in flight hold and the set's rate
+	// bucket (admitShared).
 	Shared bool
 	// Daemon is this daemon's id in the store's daemon registry, under
 	// which its calls' reservations are recorded; Shared needs it.
@@ -549,7 +550,7 @@ func (g *Gateway) Flush(ctx context.Context) error {
 			cs = append(cs, c)
 			ats = append(ats, at)
 		}
-		if c.reservationStale() {
+		if g.opts.Shared && c.reservationStale() {
 			stale = append(stale, k)
 		}
 	}
@@ -626,9 +627,6 @@ func (g *Gateway) syncReservation(ctx context.Context, k key, c *counters) error
 
 // writeReservation is syncReservation under flushMu.
 func (g *Gateway) writeReservation(ctx context.Context, k key, c *counters) error {
-	if !g.opts.Shared {
-		return nil
-	}
 	n, stale := c.reservation()
 	if !stale {
 		return nil
