@@ -232,9 +232,9 @@ func startAfterRoutesKept(t *testing.T, kept bool) {
 	if err != nil {
 		t.Fatalf("create on X: %v", err)
 	}
-	if !y.AdoptRoute(ctx, sb.ID) {
-		t.Fatal("Y did not take a route of X's running sandbox")
-	}
+	// Refused while X's pass holds the sandbox's lock, as the agent
+	// would be; it redials.
+	waitFor(t, "Y to take a route of X's running sandbox", func() bool { return y.AdoptRoute(ctx, sb.ID) })
 	if _, err := x.Stop(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
