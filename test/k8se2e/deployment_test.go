@@ -40,7 +40,8 @@ func TestKubernetesDeploymentManifest(t *testing.T) {
 	}
 	out := env.MustKubectl(t, "-n", ns, "apply", "--dry-run=server", "-f", filepath.Join(root, "deploy/kubernetes/hotcell.yaml"), "-o", "name")
 	for _, want := range []string{"serviceaccount/hotcell", "role.rbac.authorization.k8s.io/hotcell", "rolebinding.rbac.authorization.k8s.io/hotcell",
-		"clusterrole.rbac.authorization.k8s.io/hotcell", "clusterrolebinding.rbac.authorization.k8s.io/hotcell", "service/hotcell", "deployment.apps/hotcell"} {
+		"clusterrole.rbac.authorization.k8s.io/hotcell", "clusterrolebinding.rbac.authorization.k8s.io/hotcell", "service/hotcell", "deployment.apps/hotcell",
+		"poddisruptionbudget.policy/hotcell"} {
 		if !strings.Contains(out, want+"\n") && !strings.HasSuffix(out, want) {
 			t.Errorf("the dry run did not make %s:\n%s", want, out)
 		}
@@ -159,6 +160,17 @@ func TestKubernetesDeployment(t *testing.T) {
 	})
 	// The set's one token, made by the first daemon and taken by the other.
 	token := strings.TrimSpace(env.MustKubectl(t, "-n", ns, "exec", "deploy/hotcell", "--", "cat", "/var/lib/hotcell/token"))
+	// The daemons run unprivileged, and the disruption budget covers them.
+	if uid := strings.TrimSpace(env.MustKubectl(t, "-n", ns, "exec", "deploy/hotcell", "--", "id", "-u")); uid != "65532" {
+		t.Errorf("the daemon's uid in its pod: %q, want 65532", uid)
+	}
+	eventually(t, 30*time.Second, "the PodDisruptionBudget to allow one disruption of the two daemons", func() error {
+		got := strings.TrimSpace(env.MustKubectl(t, "-n", ns, "get", "pdb", "hotcell", "-o", "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}"))
+		if got != "2/1" {
+			return fmt.Errorf("healthy/allowed %q, want 2/1", got)
+		}
+		return nil
+	})
 	c, err := client.New(api, token)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +274,7 @@ func withProviders(t *testing.T, doc string) string {
 	for _, r := range []struct{ at, add string }{
 		{"            - --log-format=json\n", "            - --providers-file=/etc/hotcell/providers.toml\n"},
 		{"              mountPath: /var/lib/hotcell\n", "            - name: providers\n              mountPath: /etc/hotcell\n              readOnly: true\n"},
-		{"          emptyDir: {}\n", "        - name: providers\n          secret:\n            secretName: hotcell-providers\n"},
+		{"        - name: tmp\n          emptyDir: {}\n", "        - name: providers\n          secret:\n            secretName: hotcell-providers\n"},
 	} {
 		if strings.Count(doc, r.at) != 1 {
 			t.Fatalf("the manifest's Deployment has not one %q", r.at)
