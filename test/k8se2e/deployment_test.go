@@ -18,6 +18,8 @@ import (
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
+	"github.com/hotcell/hotcell/internal/e2b"
+	"github.com/hotcell/hotcell/internal/e2btest"
 	"github.com/hotcell/hotcell/internal/gateway/gatewaytest"
 	"github.com/hotcell/hotcell/internal/store"
 	"github.com/hotcell/hotcell/internal/testenv"
@@ -263,6 +265,35 @@ func TestKubernetesDeployment(t *testing.T) {
 			return fmt.Errorf("stats %+v", s)
 		}
 		return nil
+	})
+
+	// Code written for E2B, through the Service: envd's process service
+	// (commands.test.mjs, the real e2b SDK) on a sandbox of the base
+	// image, its calls landing on either daemon and forwarded to the one
+	// holding the agent.
+	t.Run("e2b", func(t *testing.T) {
+		e2btest.RequireSDK(t)
+		base := testenv.BaseImage(t)
+		env.ImportImage(t, base)
+		testk8s.WaitImages(t, drv, base)
+		key, err := c.CreateAPIKey(ctx, "e2b-sdk-through-the-service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret := strings.TrimSpace(env.MustKubectl(t, "-n", ns, "exec", "deploy/hotcell", "--", "cat", "/var/lib/hotcell/e2b-secret"))
+		envd := e2b.New(e2b.Options{Secret: []byte(secret)})
+		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Image: base, Persist: &persist, Limits: client.Limits{CPUs: 0.5}})
+		if err != nil {
+			t.Fatalf("create a sandbox of %s: %v", base, err)
+		}
+		t.Cleanup(func() { _ = c.DeleteSandbox(context.Background(), sb.ID) })
+		execOK(t, c, sb.ID, "id user >/dev/null 2>&1 || useradd -m -u 1000 -s /bin/bash user")
+		e2btest.Run(t, e2btest.Target{Addr: net.JoinHostPort(svcIP, "8080"), Token: token, APIKey: key.Key, Template: base}, "commands.test.mjs",
+			"E2B_TEST_SANDBOX_ID="+sb.ID,
+			"E2B_TEST_ENVD_TOKEN="+envd.EnvdToken(sb.ID),
+			"E2B_TEST_MISSING_ID=sb-missing-e2b-process",
+			"E2B_TEST_MISSING_TOKEN="+envd.EnvdToken("sb-missing-e2b-process"),
+			"E2B_TEST_OTHER_TOKEN="+envd.EnvdToken(sb.ID+"x"))
 	})
 }
 
