@@ -91,24 +91,8 @@ func TestUsageAddsAcrossDaemons(t *testing.T) {
 // its last write.
 func TestBudgetHoldsAcrossDaemons(t *testing.T) {
 	t.Parallel()
-	url := testenv.RequirePostgres(t)
-	up := gatewaytest.New(t)
-	budget := func(p *config.Provider) { p.BudgetRequests = 3 }
-	a := newEnvAt(t, url, up, budget, sharedAs("d-a"))
-	vars := a.grant("sb-1", "openai")
-	b := newEnvAt(t, url, up, budget, sharedAs("d-b"))
-	var codes []int
-	for i := range 6 {
-		e := a
-		if i%2 == 1 {
-			e = b
-		}
-		resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+vars["OPENAI_API_KEY"], `{}`)
-		codes = append(codes, resp.StatusCode)
-		if resp.StatusCode == http.StatusTooManyRequests && !strings.Contains(body, "budget_exceeded") {
-			t.Errorf("call %d: 429 %s, want budget_exceeded", i, body)
-		}
-	}
+	a, b, up, token := setOfTwo(t, func(p *config.Provider) { p.BudgetRequests = 3 })
+	codes := alternate(t, a, b, token, func(_ *http.Response, body string) bool { return strings.Contains(body, "budget_exceeded") })
 	want := []int{200, 200, 200, 429, 429, 429}
 	if !slices.Equal(codes, want) {
 		t.Errorf("calls alternating between two daemons under a budget of 3 requests: %v, want %v", codes, want)
@@ -135,30 +119,49 @@ func TestBudgetHoldsAcrossDaemons(t *testing.T) {
 // bucket, kept in the store, lets 3 through, not 3 on each daemon.
 func TestRateHoldsAcrossDaemons(t *testing.T) {
 	t.Parallel()
-	url := testenv.RequirePostgres(t)
-	up := gatewaytest.New(t)
-	rate := func(p *config.Provider) { p.RatePerMinute = 3 }
-	a := newEnvAt(t, url, up, rate, sharedAs("d-a"))
-	vars := a.grant("sb-1", "openai")
-	b := newEnvAt(t, url, up, rate, sharedAs("d-b"))
-	var codes []int
-	for i := range 6 {
-		e := a
-		if i%2 == 1 {
-			e = b
-		}
-		resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+vars["OPENAI_API_KEY"], `{}`)
-		codes = append(codes, resp.StatusCode)
-		if resp.StatusCode == http.StatusTooManyRequests && (!strings.Contains(body, "rate_limited") || resp.Header.Get("Retry-After") == "") {
-			t.Errorf("call %d: 429 %s (Retry-After %q), want rate_limited with a Retry-After", i, body, resp.Header.Get("Retry-After"))
-		}
-	}
+	a, b, up, token := setOfTwo(t, func(p *config.Provider) { p.RatePerMinute = 3 })
+	codes := alternate(t, a, b, token, func(resp *http.Response, body string) bool {
+		return strings.Contains(body, "rate_limited") && resp.Header.Get("Retry-After") != ""
+	})
 	if want := []int{200, 200, 200, 429, 429, 429}; !slices.Equal(codes, want) {
 		t.Errorf("calls alternating between two daemons under a rate of 3 a minute: %v, want %v", codes, want)
 	}
 	if got := len(up.Requests()); got != 3 {
 		t.Errorf("the upstream got %d calls, want 3", got)
 	}
+}
+
+// setOfTwo runs two gateways of a set, daemons d-a and d-b, on one new
+// PostgreSQL database in front of one fake upstream, with providers
+// changed by mod, and grants sandbox sb-1 openai through A; it returns
+// both, the upstream and the sandbox's token.
+func setOfTwo(t *testing.T, mod func(*config.Provider)) (a, b *env, up *gatewaytest.Upstream, token string) {
+	t.Helper()
+	url := testenv.RequirePostgres(t)
+	up = gatewaytest.New(t)
+	a = newEnvAt(t, url, up, mod, sharedAs("d-a"))
+	token = a.grant("sb-1", "openai")["OPENAI_API_KEY"]
+	b = newEnvAt(t, url, up, mod, sharedAs("d-b"))
+	return a, b, up, token
+}
+
+// alternate makes six calls of token, A's first, then B's, and so on, and
+// returns their statuses; each 429 must be check's (its body and head).
+func alternate(t *testing.T, a, b *env, token string, check func(resp *http.Response, body string) bool) []int {
+	t.Helper()
+	var codes []int
+	for i := range 6 {
+		e := a
+		if i%2 == 1 {
+			e = b
+		}
+		resp, body := e.call("/openai/chat/completions", "Authorization", "Bearer "+token, `{}`)
+		codes = append(codes, resp.StatusCode)
+		if resp.StatusCode == http.StatusTooManyRequests && !check(resp, body) {
+			t.Errorf("call %d: 429 %s (Retry-After %q), not the refusal wanted", i, body, resp.Header.Get("Retry-After"))
+		}
+	}
+	return codes
 }
 
 // sharedAs makes a gateway one of a set's daemons, id in the registry.
@@ -184,13 +187,8 @@ func (e *env) beat(at time.Time, ids ...string) {
 // checking its own calls only let twice as many through.
 func TestTokenBudgetHoldsAcrossDaemons(t *testing.T) {
 	t.Parallel()
-	url := testenv.RequirePostgres(t)
-	up := gatewaytest.New(t)
 	const budget, maxTokens = 1500, 400
-	limit := func(p *config.Provider) { p.BudgetTokens = budget }
-	a := newEnvAt(t, url, up, limit, sharedAs("d-a"))
-	vars := a.grant("sb-1", "openai")
-	b := newEnvAt(t, url, up, limit, sharedAs("d-b"))
+	a, b, up, token := setOfTwo(t, func(p *config.Provider) { p.BudgetTokens = budget })
 	a.beat(time.Now(), "d-a", "d-b")
 	body := fmt.Sprintf(`{"model":"m","stream":true,"max_tokens":%d}`, maxTokens)
 	ok, refused := streamBurst(t, up, 8, func(i int) *env {
@@ -198,7 +196,7 @@ func TestTokenBudgetHoldsAcrossDaemons(t *testing.T) {
 			return b
 		}
 		return a
-	}, vars["OPENAI_API_KEY"], body)
+	}, token, body)
 	reservation := int64(inputEstimate(int64(len(body))) + maxTokens)
 	if billed := up.Billed(); billed > budget+reservation {
 		t.Errorf("the set's upstream billed %d tokens (%d calls let through), over the budget %d + one reservation %d", billed, ok, budget, reservation)
