@@ -28,7 +28,9 @@ the default there) at --agent-advertise, an address pods reach; the file's
 [kubernetes] table (or the --kubernetes-* flags) names the cluster. Egress
 modes other than open need kubernetes_egress_resolver and hotcell egress-node
 on every node; template builds, snapshots and pause are Docker-only for now
-(docs/kubernetes.md).
+(docs/kubernetes.md). In the cluster itself, deploy/kubernetes/hotcell.yaml runs
+two daemons on one PostgreSQL store (--store) behind one Service, with the
+in-cluster credentials (an empty kubernetes_kubeconfig).
 
 Every setting can also come from a TOML file (--config or HOTCELL_CONFIG) or a
 HOTCELL_* environment variable; flags win over the environment, which wins
