@@ -36,7 +36,7 @@ func (a *app) imageCmd() *cobra.Command {
 func (a *app) imageBuildCmd() *cobra.Command {
 	var (
 		busybox, noShell, code, ifStale, hotcell, agent bool
-		tag, dockerHost, binary                  string
+		tag, dockerHost, binary                         string
 	)
 	cmd := &cobra.Command{
 		Use:   "build [flags]",

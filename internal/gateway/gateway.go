@@ -550,7 +550,7 @@ func (g *Gateway) Flush(ctx context.Context) error {
 			cs = append(cs, c)
 			ats = append(ats, at)
 		}
-		if g.opts.Shared && c.reservationStale() {
+		if _, differs := c.reservation(); g.opts.Shared && differs {
 			stale = append(stale, k)
 		}
 	}

@@ -349,13 +349,6 @@ func (c *counters) reservation() (int64, bool) {
 	return c.reserved, c.reserved != c.storedReserved
 }
 
-// reservationStale says whether the store records another reservation
-// for this daemon than its calls in flight hold.
-func (c *counters) reservationStale() bool {
-	_, stale := c.reservation()
-	return stale
-}
-
 // reservationWritten notes that the store records n for this daemon.
 func (c *counters) reservationWritten(n int64) {
 	c.mu.Lock()

@@ -34,7 +34,6 @@ func runE2BNode(t *testing.T, script string, env ...string) string {
 // daemons' default image is busybox, which is what "base" means there).
 func runE2BNodeOn(t *testing.T, d *testdaemon.Daemon, script string, env ...string) string {
 	t.Helper()
-	e2btest.RequireSDK(t)
 	token, err := os.ReadFile(filepath.Join(d.DataDir, "token"))
 	if err != nil {
 		t.Fatalf("read the daemon's token: %v", err)

@@ -441,4 +441,3 @@ func forwardAPIServer(t *testing.T, env *testk8s.Env) {
 	}
 	forward(t, ep, net.JoinHostPort("127.0.0.1", fmt.Sprint(ap.Port())))
 }
-
