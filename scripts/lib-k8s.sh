@@ -19,6 +19,10 @@ K8S_POD_CIDR=${HOTCELL_K8S_POD_CIDR:-10.244.0.0/24}
 K8S_HOST_IP=${HOTCELL_K8S_HOST_IP:-10.244.0.1}
 K8S_SERVICE_CIDR=${HOTCELL_K8S_SERVICE_CIDR:-10.96.0.0/24}
 K8S_APISERVER_PORT=${HOTCELL_K8S_APISERVER_PORT:-6443}
+# The cluster's own registry (Debian's docker-registry, on loopback), where
+# the hotcell driver pushes the images it makes (snapshots, templates saved
+# from a sandbox) and the node's containerd pulls them from.
+K8S_REGISTRY=${HOTCELL_K8S_REGISTRY:-127.0.0.1:5055}
 # containerd's sandbox_image; the pause image is built here and imported
 # under this name, so nothing is ever pulled.
 K8S_PAUSE_IMAGE=registry.k8s.io/pause:3.10.1
@@ -168,11 +172,11 @@ k8s_build_etcd() {
 
 # k8s_packages installs the Debian packages the cluster runs on: a
 # containerd of its own (never Docker's), runc, the CNI plugins, conntrack
-# and socat (kubectl port-forward), openssl for the certificates. Their own
-# services are kept from starting (policy-rc.d).
+# and socat (kubectl port-forward), openssl for the certificates, the
+# registry. Their own services are kept from starting (policy-rc.d).
 k8s_packages() {
 	local missing=() p rc_made=
-	for p in containerd runc containernetworking-plugins conntrack socat openssl nftables; do
+	for p in containerd runc containernetworking-plugins conntrack socat openssl nftables docker-registry; do
 		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
@@ -353,7 +357,26 @@ $(k8s_gvisor_runtime)
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = "$s/cni/net.d"
+    # The cluster's registry speaks plain HTTP on loopback.
+    [plugins."io.containerd.grpc.v1.cri".registry.mirrors."$K8S_REGISTRY"]
+      endpoint = ["http://$K8S_REGISTRY"]
 TOML
+
+	# The registry: its storage under K8S_STATE, deletes allowed (a
+	# snapshot deleted removes its image).
+	mkdir -p "$s/registry/data"
+	cat >"$s/registry/config.yml" <<YAML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $s/registry/data
+  delete:
+    enabled: true
+http:
+  addr: $K8S_REGISTRY
+YAML
 
 	# runsc's options (the shim passes them as flags), as under Docker
 	# (gvisor_built_args): hotcell's platform (systrap), the pod's network
@@ -564,6 +587,9 @@ k8s_up() {
 		k8s_ctr images import "$K8S_BIN_DIR/pause.oci.tar" >/dev/null || return 1
 	fi
 
+	k8s_start registry docker-registry serve "$s/registry/config.yml"
+	k8s_wait registry 30 "$s/log/registry.log" curl -fs --max-time 2 "http://$K8S_REGISTRY/v2/" || return 1
+
 	k8s_start etcd "$ETCD_BIN_DIR/etcd" --name hotcell-k8s --data-dir "$s/etcd" \
 		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
 		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
@@ -648,6 +674,7 @@ HOTCELL_K8S_HOST_IP=$K8S_HOST_IP
 HOTCELL_K8S_KUBECTL=$K8S_BIN_DIR/kubectl
 HOTCELL_K8S_CONTAINERD=$K8S_STATE/containerd/containerd.sock
 HOTCELL_K8S_NODE=$K8S_NODE
+HOTCELL_K8S_REGISTRY=$K8S_REGISTRY
 ENV
 }
 
@@ -659,7 +686,7 @@ k8s_status() {
 		echo "down (no $K8S_STATE)"
 		return 1
 	fi
-	for c in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
+	for c in containerd registry etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
 		if k8s_running "$c"; then
 			printf '%-24s running (pid %s)\n' "$c" "$(cat "$K8S_STATE/run/$c.pid")"
 		else
@@ -731,6 +758,7 @@ k8s_down() {
 		for m in $(k8s_ctr containers ls -q 2>/dev/null); do k8s_ctr containers delete "$m" >/dev/null 2>&1; done
 	fi
 	k8s_stop containerd
+	k8s_stop registry
 	# A shim killed leaves its socket in /run/containerd/s (shared with
 	# Docker's containerd), named by the hash of our address, namespace, id.
 	local sid sns
@@ -803,7 +831,7 @@ k8s_down() {
 # if there is any.
 k8s_leftovers() {
 	local s=$K8S_STATE left=0 m
-	pgrep -a -f -- "^($K8S_BIN_DIR/|$ETCD_BIN_DIR/etcd|containerd --config $s/)" && left=1
+	pgrep -a -f -- "^($K8S_BIN_DIR/|$ETCD_BIN_DIR/etcd|containerd --config $s/|docker-registry serve $s/)" && left=1
 	pgrep -a -f -- "-address $s/containerd/containerd.sock" && left=1
 	pgrep -a -f -- "--root=$s/runsc-gvisor" && left=1
 	[ ! -e "$s" ] || { echo "left: $s"; left=1; }

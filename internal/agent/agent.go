@@ -113,6 +113,7 @@ func NewHandler(opts Options) http.Handler {
 	h.restoreRoutes(mux)
 	h.accountsRoutes(mux)
 	h.envRoutes(mux)
+	h.rootfsRoutes(mux)
 	mux.Handle("/", h.adapt(func(w http.ResponseWriter, r *http.Request) error {
 		return classErr(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path)
 	}))

@@ -54,7 +54,7 @@ func (h *handler) createArchive(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.WriteHeader(http.StatusOK)
-	return writeTar(w, dir)
+	return writeTar(w, dir, nil)
 }
 
 // sanitizeName checks a tar entry name (or hard link target) and returns it
@@ -372,7 +372,7 @@ type devIno struct{ dev, ino uint64 }
 
 // writeTar writes root's contents to w as a tar, streaming file by file.
 // Hard links inside root stay hard links; sockets are skipped.
-func writeTar(w io.Writer, root string) error {
+func writeTar(w io.Writer, root string, mounts map[string]bool) error {
 	tw := tar.NewWriter(w)
 	links := map[devIno]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -384,6 +384,10 @@ func writeTar(w io.Writer, root string) error {
 		}
 		if p == root {
 			return nil
+		}
+		mountPoint := mounts[p]
+		if mountPoint && !d.IsDir() {
+			return nil // a file mounted over (the runtime's /etc/hosts)
 		}
 		fi, err := d.Info()
 		if err != nil {
@@ -412,6 +416,13 @@ func writeTar(w io.Writer, root string) error {
 			hdr.Name += "/"
 		}
 		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+		if mountPoint {
+			// The directory stays, what is mounted on it does not.
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			return fs.SkipDir
+		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
 			key := devIno{uint64(st.Dev), st.Ino}
 			if first, seen := links[key]; seen {

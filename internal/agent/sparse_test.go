@@ -31,7 +31,7 @@ func TestArchiveSparse(t *testing.T) {
 	}
 	f.Close()
 	var buf bytes.Buffer
-	if err := writeTar(&buf, src); err != nil {
+	if err := writeTar(&buf, src, nil); err != nil {
 		t.Fatal(err)
 	}
 	if buf.Len() > 64<<10 {

@@ -99,6 +99,13 @@ type Config struct {
 	// front of every daemon's gateway; empty: this daemon's own
 	// (KubeGateway).
 	KubeGatewayAdvertise string
+	// KubeRegistry is the registry, as the nodes pull from it
+	// (host[:port][/path]), where the driver pushes the images it makes:
+	// snapshots and templates saved from a sandbox. KubeRegistryURL is
+	// the endpoint the daemon pushes to (http(s)://host[:port]; empty:
+	// https:// the registry's host). Empty KubeRegistry: the driver makes
+	// no images (501).
+	KubeRegistry, KubeRegistryURL string
 	// ExecTimeout is the default timeout of an exec that asks for none.
 	ExecTimeout time.Duration
 	// SetupTimeout bounds each setup command at create.
@@ -259,6 +266,10 @@ var settings = []setting{
 		func(c *Config) any { return &c.KubeNetworkPolicies }},
 	{"kubernetes_gateway_advertise", kindString, "IPv4 address:port pods reach the LLM gateway at (their base URL's host), with driver kubernetes: a Service's cluster IP and port in front of every daemon's gateway, so that a sandbox's calls do not depend on the daemon that made it (default: this daemon's, agent_advertise's host at egress_gateway_port)",
 		func(c *Config) any { return &c.KubeGatewayAdvertise }},
+	{"kubernetes_registry", kindString, "registry, as the nodes pull from it (host[:port][/path]), where the driver pushes the images it makes, with driver kubernetes: snapshots and templates saved from a sandbox (default: none, and those are refused)",
+		func(c *Config) any { return &c.KubeRegistry }},
+	{"kubernetes_registry_url", kindString, "endpoint the daemon pushes kubernetes_registry's images to: http://host:port for a registry without TLS (default: https:// kubernetes_registry's host)",
+		func(c *Config) any { return &c.KubeRegistryURL }},
 	{"exec_timeout", kindDuration, "default timeout of an exec",
 		func(c *Config) any { return &c.ExecTimeout }},
 	{"setup_timeout", kindDuration, "timeout of each setup command at create",
@@ -921,6 +932,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("kubernetes_egress_resolver", c.KubeEgressResolver),
 		slog.Bool("kubernetes_network_policies", c.KubeNetworkPolicies),
 		slog.String("kubernetes_gateway_advertise", c.KubeGatewayAdvertise),
+		slog.String("kubernetes_registry", c.KubeRegistry),
 		slog.String("agent_channel", c.AgentChannel),
 		slog.String("agent_advertise", c.AgentAdvertise),
 		slog.String("advertise_url", c.AdvertiseURL),

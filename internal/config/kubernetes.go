@@ -3,6 +3,7 @@ package config
 import (
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -96,6 +97,9 @@ func (c *Config) validateDriver(bad func(key string, value any, format string, a
 			return bad("kubernetes_gateway_advertise", c.KubeGatewayAdvertise, "must be the IPv4 address:port pods reach every daemon's gateway at, such as a Service's cluster IP and port (10.96.0.50:8090)")
 		}
 	}
+	if err := c.checkKubeRegistry(bad); err != nil {
+		return err
+	}
 	if !c.Kubernetes() {
 		return nil
 	}
@@ -181,4 +185,31 @@ func (c Config) KubeGatewayEnds() []string {
 		}
 	}
 	return ends
+}
+
+// registryName is a registry as image references name it: host[:port]
+// and an optional path.
+var registryName = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
+
+// checkKubeRegistry checks kubernetes_registry and its push URL.
+func (c *Config) checkKubeRegistry(bad func(key string, value any, format string, args ...any) error) error {
+	if c.KubeRegistry == "" {
+		if c.KubeRegistryURL != "" {
+			return bad("kubernetes_registry_url", c.KubeRegistryURL, "needs kubernetes_registry, the registry as the nodes pull from it")
+		}
+		return nil
+	}
+	if !c.Kubernetes() {
+		return bad("kubernetes_registry", c.KubeRegistry, "is for driver kubernetes: on Docker the engine keeps the images it commits")
+	}
+	if len(c.KubeRegistry) > 200 || !registryName.MatchString(c.KubeRegistry) {
+		return bad("kubernetes_registry", c.KubeRegistry, "must be a registry as image references name it, host[:port][/path], such as registry.example.com/hotcell or 10.96.0.90:5000")
+	}
+	if c.KubeRegistryURL != "" {
+		u, err := url.Parse(c.KubeRegistryURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			return bad("kubernetes_registry_url", c.KubeRegistryURL, "must be http(s)://host[:port], the endpoint the daemon pushes to (http:// for a registry without TLS)")
+		}
+	}
+	return nil
 }

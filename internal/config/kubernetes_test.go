@@ -25,6 +25,8 @@ agent_image = "registry.example.com/hotcell/agent:v1"
 pull_policy = "never"
 egress_resolver = "10.244.0.1"
 network_policies = true
+registry = "registry.example.com:5000/hotcell"
+registry_url = "http://10.0.0.9:5000"
 `)
 	c, err := Load(flags(t, "--config", file, "--agent-binary", agent), envMap(nil))
 	if err != nil {
@@ -32,7 +34,8 @@ network_policies = true
 	}
 	if !c.Kubernetes() || c.KubeKubeconfig != kubeconfig || c.KubeNamespace != "sandboxes" || c.KubeStorageClass != "fast.ssd" ||
 		c.KubeWorkspaceHostDir != hostDir || c.KubeAgentImage != "registry.example.com/hotcell/agent:v1" || c.KubePullPolicy != "Never" ||
-		c.KubeEgressResolver != "10.244.0.1" || !c.KubeNetworkPolicies {
+		c.KubeEgressResolver != "10.244.0.1" || !c.KubeNetworkPolicies ||
+		c.KubeRegistry != "registry.example.com:5000/hotcell" || c.KubeRegistryURL != "http://10.0.0.9:5000" {
 		t.Errorf("got %+v", c)
 	}
 	// The TCP channel is the default on Kubernetes, and pods dial the
@@ -124,6 +127,12 @@ func TestKubernetesBad(t *testing.T) {
 		{"gateway advertise a name", append(k8s, "--kubernetes-gateway-advertise", "gw.example:80"), "kubernetes_gateway_advertise", "IPv4 address:port"},
 		{"gateway advertise no port", append(k8s, "--kubernetes-gateway-advertise", "10.96.0.50"), "kubernetes_gateway_advertise", "IPv4 address:port"},
 		{"gateway advertise loopback", append(k8s, "--kubernetes-gateway-advertise", "127.0.0.1:80"), "kubernetes_gateway_advertise", "IPv4 address:port"},
+		{"registry with a scheme", append(k8s, "--kubernetes-registry", "http://r.example:5000"), "kubernetes_registry", "host[:port][/path]"},
+		{"registry upper-case path", append(k8s, "--kubernetes-registry", "r.example/Hotcell"), "kubernetes_registry", "host[:port][/path]"},
+		{"registry on docker", []string{"--kubernetes-registry", "r.example:5000"}, "kubernetes_registry", "driver kubernetes"},
+		{"registry url alone", append(k8s, "--kubernetes-registry-url", "http://r.example:5000"), "kubernetes_registry_url", "needs kubernetes_registry"},
+		{"registry url scheme", append(k8s, "--kubernetes-registry", "r.example:5000", "--kubernetes-registry-url", "ftp://r.example"), "kubernetes_registry_url", "http(s)://host[:port]"},
+		{"registry url path", append(k8s, "--kubernetes-registry", "r.example:5000", "--kubernetes-registry-url", "https://r.example/v2"), "kubernetes_registry_url", "http(s)://host[:port]"},
 		{"gateway advertise on docker", []string{"--kubernetes-gateway-advertise", "10.96.0.50:80"}, "kubernetes_gateway_advertise", "driver kubernetes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/driver/docker"
+	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/errdefs"
 )
 
@@ -27,6 +28,8 @@ type backend struct {
 	// docker is the Docker driver, nil on another: template builds,
 	// snapshots and the egress network are made with it.
 	docker *docker.Driver
+	// kube is the Kubernetes driver, nil on another.
+	kube *kubernetes.Driver
 	// diskLimitEnforced says limits.diskMb holds for /workspace.
 	diskLimitEnforced func() bool
 	// podAddr is the address of a sandbox's running pod (the Kubernetes

@@ -12,12 +12,13 @@ import (
 
 	"github.com/hotcell/hotcell/internal/config"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
+	"github.com/hotcell/hotcell/internal/sandbox"
 )
 
 // openKubernetes connects to the cluster of the [kubernetes] settings and
-// checks that the namespace is there. Template builds, snapshots and the
-// workspace disks are Docker's: the backend has none of them, and each is
-// refused where it is asked for. Egress is enforced by hotcell egress-node
+// checks that the namespace is there. Template builds and the workspace
+// disks are Docker's: the backend has neither, and each is refused where
+// it is asked for; snapshots need kubernetes_registry (kubeImages). Egress is enforced by hotcell egress-node
 // on the nodes when kubernetes_egress_resolver is set (egress_kubernetes.go),
 // else only mode open is served.
 func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*backend, error) {
@@ -29,6 +30,8 @@ func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 		AgentImage:       cfg.KubeAgentImage,
 		PullPolicy:       corev1.PullPolicy(cfg.KubePullPolicy),
 		Egress:           kubeEgressConfig(cfg, log),
+		Registry:         cfg.KubeRegistry,
+		RegistryURL:      cfg.KubeRegistryURL,
 	})
 	if err != nil {
 		return nil, err
@@ -55,6 +58,7 @@ func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 	return &backend{
 		name: kubernetes.Name,
 		drv:  drv,
+		kube: drv,
 		// A claim asks for the sandbox's disk size, but whether writes
 		// stop there is up to the StorageClass's volumes (a hostPath one
 		// of the workspace host dir has no size at all): not promised.
@@ -65,4 +69,21 @@ func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 		},
 		close: func() {},
 	}, nil
+}
+
+// kubeImages are the images the Kubernetes driver makes in its registry:
+// snapshots and templates saved from a sandbox. A Dockerfile build is
+// still refused.
+type kubeImages struct {
+	noImageBuilds
+	drv *kubernetes.Driver
+	mgr **sandbox.Manager
+}
+
+func (k kubeImages) Commit(ctx context.Context, id, ref string, labels map[string]string) error {
+	return k.drv.Commit(ctx, id, ref, labels)
+}
+
+func (k kubeImages) RemoveImage(ctx context.Context, ref string) error {
+	return (*k.mgr).RemoveImage(ctx, ref, k.drv.RemoveImage)
 }

@@ -151,8 +151,12 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		tplImages driver.ImageBuilder = noImageBuilds{be.name}
 		snapshots driver.Snapshotter  // nil: snapshots are refused (501)
 	)
-	if be.docker != nil {
+	switch {
+	case be.docker != nil:
 		imgs := imagesAfterDestroys{be.docker, &mgr}
+		tplImages, snapshots = imgs, imgs
+	case be.kube != nil && be.kube.CanSnapshot():
+		imgs := kubeImages{noImageBuilds{be.name}, be.kube, &mgr}
 		tplImages, snapshots = imgs, imgs
 	}
 	reg := newRegistry(cfg, st, log)
@@ -192,6 +196,9 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		Peers:          peersOpt(reg),
 	})
 	defer mgr.Close() // also when a later step of the start fails
+	if be.kube != nil {
+		be.kube.UseAgents(mgr.Agent) // a commit reads the box through its agent
+	}
 	if agentCh != nil {
 		// Any sandbox of the store, not only this daemon's: the agents
 		// of a daemon of the set that died redial here.

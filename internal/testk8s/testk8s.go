@@ -43,6 +43,9 @@ type Env struct {
 	Containerd string
 	// Node is the name of the cluster's one node.
 	Node string
+	// Registry is the cluster's registry (host:port, plain HTTP on
+	// loopback), which its node pulls from.
+	Registry string
 }
 
 var cluster struct {
@@ -77,9 +80,10 @@ func load() (*Env, error) {
 		KubectlPath: vars["HOTCELL_K8S_KUBECTL"],
 		Containerd:  vars["HOTCELL_K8S_CONTAINERD"],
 		Node:        vars["HOTCELL_K8S_NODE"],
+		Registry:    vars["HOTCELL_K8S_REGISTRY"],
 	}
-	if e.Kubeconfig == "" || e.HostIP == "" || e.KubectlPath == "" || e.Containerd == "" || e.Node == "" {
-		return nil, fmt.Errorf("%s lacks some of HOTCELL_K8S_KUBECONFIG, _HOST_IP, _KUBECTL, _CONTAINERD, _NODE", path)
+	if e.Kubeconfig == "" || e.HostIP == "" || e.KubectlPath == "" || e.Containerd == "" || e.Node == "" || e.Registry == "" {
+		return nil, fmt.Errorf("%s lacks some of HOTCELL_K8S_KUBECONFIG, _HOST_IP, _KUBECTL, _CONTAINERD, _NODE, _REGISTRY (a cluster up from before the registry: sudo scripts/k8s down && sudo scripts/k8s up)", path)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

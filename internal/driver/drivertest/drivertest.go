@@ -47,6 +47,10 @@ type Harness struct {
 	// a unix socket in the run dir (a driver whose boxes cannot see the
 	// host's files: the agent dials the daemon over the network).
 	Channel Channel
+	// Agents, when set, is told of each box's agent connection as the
+	// suite makes it, for a driver that reaches a box's agent through the
+	// daemon (the Kubernetes driver's commit reads the root filesystem so).
+	Agents func(id string, c *agentconn.Conn)
 }
 
 // Channel is the daemon's side of the agent channel for the suite.
@@ -265,16 +269,19 @@ func spec(t *testing.T, h Harness, instance string) driver.Spec {
 // agent connected.
 func listen(t *testing.T, h Harness, s driver.Spec) *agentconn.Conn {
 	t.Helper()
+	var c *agentconn.Conn
 	if h.Channel != nil {
-		c := h.Channel.Listen(t, s)
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	c, err := agentconn.Listen(s.ID, filepath.Join(s.HostRunDir, driver.AgentSocket), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
+		c = h.Channel.Listen(t, s)
+	} else {
+		var err error
+		if c, err = agentconn.Listen(s.ID, filepath.Join(s.HostRunDir, driver.AgentSocket), slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() { c.Close() })
+	if h.Agents != nil {
+		h.Agents(s.ID, c)
+	}
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/driver/drivertest"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
+	"github.com/hotcell/hotcell/internal/errdefs"
 	"github.com/hotcell/hotcell/internal/images"
 	"github.com/hotcell/hotcell/internal/testenv"
 	"github.com/hotcell/hotcell/internal/testk8s"
@@ -60,12 +62,35 @@ func clusterDriverOn(t *testing.T, nodeRunDirs bool) (*kubernetes.Driver, string
 		WorkspaceHostDir: t.TempDir(),
 		PullPolicy:       corev1.PullNever,
 		NodeRunDirs:      nodeRunDirs,
+		// The images the driver makes go to the cluster's registry.
+		Registry:    env.Registry,
+		RegistryURL: "http://" + env.Registry,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testk8s.WaitImages(t, d, image, images.AgentRef)
 	return d, image, env
+}
+
+// agentsOf makes d reach the agents the suite connects (a commit reads
+// the box through its agent), and returns what the suite tells them to.
+func agentsOf(d *kubernetes.Driver) func(string, *agentconn.Conn) {
+	var mu sync.Mutex
+	conns := map[string]*agentconn.Conn{}
+	d.UseAgents(func(_ context.Context, id string) (*agentconn.Conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c, ok := conns[id]; ok {
+			return c, nil
+		}
+		return nil, fmt.Errorf("no agent of sandbox %s: %w", id, errdefs.ErrNotFound)
+	})
+	return func(id string, c *agentconn.Conn) {
+		mu.Lock()
+		conns[id] = c
+		mu.Unlock()
+	}
 }
 
 var agentImage struct {
@@ -136,6 +161,7 @@ func TestConformanceTCP(t *testing.T) {
 		Driver:  d,
 		Runtime: wire.RuntimeRunc,
 		Channel: ch,
+		Agents:  agentsOf(d),
 		Spec: func(t *testing.T) driver.Spec {
 			id := randomID(t)
 			t.Cleanup(func() {
@@ -165,11 +191,13 @@ func TestConformance(t *testing.T) {
 	if info.Name != kubernetes.Name || !slices.Contains(info.Runtimes, wire.RuntimeRunc) {
 		t.Fatalf("info %+v: want the kubernetes driver with runc", info)
 	}
+	agents := agentsOf(d)
 	for _, rt := range info.Runtimes {
 		t.Run(rt, func(t *testing.T) {
 			drivertest.Run(t, drivertest.Harness{
 				Driver:  d,
 				Runtime: rt,
+				Agents:  agents,
 				Spec: func(t *testing.T) driver.Spec {
 					id := randomID(t)
 					t.Cleanup(func() {

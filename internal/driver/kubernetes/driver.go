@@ -93,6 +93,15 @@ type Config struct {
 	StartTimeout time.Duration
 	// Egress says what becomes of a spec's egress policy (egress.go).
 	Egress EgressConfig
+	// Registry is where the driver keeps the images it makes (snapshots,
+	// templates saved from a sandbox), as the nodes pull from it:
+	// host[:port][/path]. RegistryURL is the endpoint the driver pushes
+	// to (http(s)://host[:port]; empty: https:// Registry's host). With
+	// no Registry the driver makes no images (snapshot.go).
+	Registry, RegistryURL string
+	// MaxImageBytes bounds the tar of a root filesystem the driver
+	// pushes (DefaultMaxImageBytes when 0).
+	MaxImageBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -122,6 +131,10 @@ func (c Config) withDefaults() Config {
 type Driver struct {
 	c   k8s.Interface
 	cfg Config
+	// reg is Config.Registry's, nil without one (or a bad one: regErr).
+	reg    *registry
+	regErr error
+	agents agents
 }
 
 // RESTConfig loads the client config that cfg names.
@@ -152,7 +165,11 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewWithClient(c, cfg), nil
+	d := NewWithClient(c, cfg)
+	if d.regErr != nil {
+		return nil, d.regErr
+	}
+	return d, nil
 }
 
 // NewClient makes a cluster client from rc.
@@ -168,8 +185,13 @@ func NewClient(rc *rest.Config) (k8s.Interface, error) {
 }
 
 // NewWithClient returns a driver that uses c.
+// A bad Config.Registry leaves the driver without one (New refuses it).
 func NewWithClient(c k8s.Interface, cfg Config) *Driver {
-	return &Driver{c: c, cfg: cfg.withDefaults()}
+	d := &Driver{c: c, cfg: cfg.withDefaults()}
+	if cfg.Registry != "" {
+		d.reg, d.regErr = newRegistry(cfg.Registry, cfg.RegistryURL)
+	}
+	return d
 }
 
 // Client returns the cluster client, for tests and tools that look at what

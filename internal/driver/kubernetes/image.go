@@ -21,6 +21,9 @@ func (d *Driver) EnsureImage(ctx context.Context, ref string, progress driver.Pr
 	if err != nil {
 		return err
 	}
+	if handled, err := d.registryImage(ctx, ref); handled {
+		return err
+	}
 	nodes, err := d.c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return classify("list nodes", err)

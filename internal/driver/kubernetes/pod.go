@@ -168,8 +168,8 @@ func (d *Driver) podFor(spec driver.Spec, runtimeClass string) (*corev1.Pod, err
 			}},
 			Containers: []corev1.Container{{
 				Name:            containerBox,
-				Image:           spec.Image,
-				ImagePullPolicy: d.cfg.PullPolicy,
+				Image:           d.pullRef(spec.Image),
+				ImagePullPolicy: d.pullPolicy(spec.Image),
 				// The agent is PID 1: it reaps zombies and forwards signals
 				// itself, and the image's own entrypoint never runs.
 				Command:      []string{driver.AgentPath},

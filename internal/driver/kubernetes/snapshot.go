@@ -1,0 +1,248 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distribution/reference"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hotcell/hotcell/internal/agentconn"
+	"github.com/hotcell/hotcell/internal/driver"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/wire"
+)
+
+var _ driver.Snapshotter = (*Driver)(nil)
+
+// Snapshots and templates saved from a sandbox are images the driver
+// makes. A pod's root filesystem is its node's, out of the Kubernetes
+// API's reach, so the box's agent streams it (GET /v1/rootfs) and the
+// driver pushes it, one layer, to the registry of Config.Registry, which
+// the nodes pull it back from. Unlike Docker's commit, the box is not
+// frozen meanwhile (a pod cannot be): a file written during the commit may
+// be caught half-written.
+
+// madeRepos are the repositories of the images hotcell makes, named as
+// the daemon names them (backup.SnapshotRepo, templates.Repo): with a
+// registry, the driver keeps them there.
+var madeRepos = []string{"hotcell/snapshot", "hotcell-tpl/"}
+
+// DefaultMaxImageBytes bounds a root filesystem's tar.
+const DefaultMaxImageBytes = 32 << 30
+
+// AgentFunc reaches a running sandbox's agent.
+type AgentFunc func(ctx context.Context, id string) (*agentconn.Conn, error)
+
+// agents is where Commit reaches boxes' agents; the daemon's sandbox
+// manager holds their connections and is made after the driver.
+type agents struct {
+	mu sync.RWMutex
+	fn AgentFunc
+}
+
+// UseAgents tells the driver how to reach a box's agent, which a commit
+// needs.
+func (d *Driver) UseAgents(fn AgentFunc) {
+	d.agents.mu.Lock()
+	d.agents.fn = fn
+	d.agents.mu.Unlock()
+}
+
+func (d *Driver) agent(ctx context.Context, id string) (*agentconn.Conn, error) {
+	d.agents.mu.RLock()
+	fn := d.agents.fn
+	d.agents.mu.RUnlock()
+	if fn == nil {
+		return nil, fmt.Errorf("commit sandbox %s: the driver reaches no agent (UseAgents): %w", id, errdefs.ErrUnavailable)
+	}
+	return fn(ctx, id)
+}
+
+// CanSnapshot says whether the driver can make images: it has a registry.
+func (d *Driver) CanSnapshot() bool { return d.reg != nil }
+
+// made returns the repository and tag of ref when it is an image hotcell
+// makes (a name of madeRepos with a tag, no registry of its own).
+func made(ref string) (repo, tag string, ok bool) {
+	n, err := reference.ParseNormalizedNamed(ref)
+	if err != nil || reference.Domain(n) != "docker.io" {
+		return "", "", false
+	}
+	t, isTagged := n.(reference.Tagged)
+	if !isTagged || strings.Contains(ref, "@") {
+		return "", "", false
+	}
+	repo = reference.Path(n)
+	for _, m := range madeRepos {
+		if repo == m || (strings.HasSuffix(m, "/") && strings.HasPrefix(repo, m)) {
+			return repo, t.Tag(), true
+		}
+	}
+	return "", "", false
+}
+
+// pullRef is the reference a pod runs ref by: a made image's in the
+// registry, any other as it is.
+func (d *Driver) pullRef(ref string) string {
+	if d.reg == nil {
+		return ref
+	}
+	if repo, tag, ok := made(ref); ok {
+		return d.reg.ref(repo, tag)
+	}
+	return ref
+}
+
+// pullPolicy is a box's container's: a made image is pulled from the
+// registry when the node lacks it, whatever the policy for the others
+// (Never on a cluster that has no registry for them). Its tag names one
+// commit, never moved, so IfNotPresent is always right.
+func (d *Driver) pullPolicy(ref string) corev1.PullPolicy {
+	if _, _, ok := made(ref); ok && d.reg != nil {
+		return corev1.PullIfNotPresent
+	}
+	return d.cfg.PullPolicy
+}
+
+// Commit pushes box id's root filesystem, as its agent reads it now, to
+// the registry as image ref, labelled with labels and LabelManaged. The
+// box goes on running.
+func (d *Driver) Commit(ctx context.Context, id, ref string, labels map[string]string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if d.reg == nil {
+		return fmt.Errorf("commit sandbox %s: the kubernetes driver keeps the images it makes in a registry, and none is set (kubernetes_registry; docs/kubernetes.md, Snapshots): %w", id, errdefs.ErrNotImplemented)
+	}
+	repo, tag, ok := made(ref)
+	if !ok {
+		return errdefs.Invalid("image", "%q is not an image of hotcell's own (%s)", ref, strings.Join(madeRepos, ", "))
+	}
+	pod, err := d.getPod(ctx, id)
+	if err != nil {
+		return err
+	}
+	if pod == nil || pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+		if _, err := d.record(ctx, id); err != nil {
+			return err
+		}
+		return fmt.Errorf("commit sandbox %s: its pod is not running: %w", id, errdefs.ErrConflict)
+	}
+	conn, err := d.agent(ctx, id)
+	if err != nil {
+		return err
+	}
+	cfg := imageConfig{Created: time.Now().UTC(), OS: "linux", Architecture: d.nodeArch(ctx, pod.Spec.NodeName)}
+	if cfg.Config.Env, err = boxEnv(ctx, conn); err != nil {
+		return fmt.Errorf("commit sandbox %s: %w", id, err)
+	}
+	cfg.Config.Labels = map[string]string{driver.LabelManaged: "true"}
+	for k, v := range labels {
+		cfg.Config.Labels[k] = v
+	}
+	cfg.History = append(cfg.History, struct {
+		Created   time.Time `json:"created"`
+		CreatedBy string    `json:"created_by"`
+	}{cfg.Created, "hotcell: the root filesystem of sandbox " + id})
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/rootfs", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := conn.Send(req)
+	if err != nil {
+		return fmt.Errorf("commit sandbox %s: read its root filesystem: %w", id, err)
+	}
+	defer resp.Body.Close()
+	max := d.cfg.MaxImageBytes
+	if max <= 0 {
+		max = DefaultMaxImageBytes
+	}
+	if err := d.reg.pushImage(ctx, repo, tag, resp.Body, max, cfg); err != nil {
+		return fmt.Errorf("commit sandbox %s as %s: %w", id, d.reg.ref(repo, tag), err)
+	}
+	return nil
+}
+
+// boxEnv is the image config's Env: the box's own env (the image's and
+// the pod's) without what the driver and the cluster set in every pod.
+func boxEnv(ctx context.Context, conn *agentconn.Conn) ([]string, error) {
+	var got wire.SetEnvRequest
+	if err := conn.DoJSON(ctx, http.MethodGet, "/v1/env", nil, &got); err != nil {
+		return nil, fmt.Errorf("read the box's env: %w", err)
+	}
+	var env []string
+	for k, v := range got.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) ||
+			k == "HOSTNAME" || strings.HasPrefix(k, "HOTCELL_") || strings.HasPrefix(k, "KUBERNETES_") {
+			continue
+		}
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	return env, nil
+}
+
+// nodeArch is the architecture of the node a box runs on, which its image
+// is for; the daemon's own when the node cannot be read.
+func (d *Driver) nodeArch(ctx context.Context, node string) string {
+	if node != "" {
+		if n, err := d.c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil && n.Status.NodeInfo.Architecture != "" {
+			return n.Status.NodeInfo.Architecture
+		}
+	}
+	return runtime.GOARCH
+}
+
+// RemoveImage removes a made image from the registry; one a sandbox's
+// record names is a conflict. Any other ref is not the driver's to remove
+// (a template registered from an image), and a missing one is no error.
+// The registry frees the layers at its garbage collection.
+func (d *Driver) RemoveImage(ctx context.Context, ref string) error {
+	repo, tag, ok := made(ref)
+	if !ok || d.reg == nil {
+		return nil
+	}
+	pull := d.reg.ref(repo, tag)
+	recs, err := d.c.CoreV1().Secrets(d.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: instanceSelector("")})
+	if err != nil {
+		return classify("list records", err)
+	}
+	for _, r := range recs.Items {
+		var pod corev1.Pod
+		if err := json.Unmarshal(r.Data[recordPod], &pod); err != nil {
+			continue
+		}
+		for _, c := range pod.Spec.Containers {
+			if c.Image == pull {
+				return fmt.Errorf("image %s is in use by sandbox %s: %w", ref, r.Labels[driver.LabelID], errdefs.ErrConflict)
+			}
+		}
+	}
+	if err := d.reg.deleteImage(ctx, repo, tag); err != nil {
+		return fmt.Errorf("remove image %s: %w", ref, err)
+	}
+	return nil
+}
+
+// registryImage says whether a made image is in the registry (EnsureImage).
+func (d *Driver) registryImage(ctx context.Context, ref string) (handled bool, err error) {
+	repo, tag, ok := made(ref)
+	if !ok || d.reg == nil {
+		return false, nil
+	}
+	_, err = d.reg.manifestDigest(ctx, repo, tag)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return true, fmt.Errorf("image %s: %w", ref, err)
+	}
+	return true, err
+}
