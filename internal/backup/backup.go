@@ -88,8 +88,10 @@ type Options struct {
 	// Keep is how many backups (not counting snapshots' workspaces) each
 	// sandbox keeps; the oldest go first. 0 means DefaultKeep.
 	Keep int
-	// Snapshotter commits boxes to images; nil turns snapshots off (501).
+	// Snapshotter commits boxes to images; nil turns snapshots off (501),
+	// saying NoSnapshots (what to do about it) when set.
 	Snapshotter driver.Snapshotter
+	NoSnapshots string
 	// Limits bound each backup's size, each sandbox's backups, and the
 	// free space backups leave on the daemon's disk (limits.go).
 	Limits Limits

@@ -17,7 +17,11 @@ const SnapshotRepo = "hotcell/snapshot"
 
 func (s *Service) snapshotter() (driver.Snapshotter, error) {
 	if s.opts.Snapshotter == nil {
-		return nil, fmt.Errorf("this driver cannot snapshot sandboxes: %w", errdefs.ErrNotImplemented)
+		why := s.opts.NoSnapshots
+		if why == "" {
+			why = "this driver cannot snapshot sandboxes"
+		}
+		return nil, fmt.Errorf("%s: %w", why, errdefs.ErrNotImplemented)
 	}
 	return s.opts.Snapshotter, nil
 }

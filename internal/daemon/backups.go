@@ -19,7 +19,11 @@ import (
 // service: a create that restores a backup gets its populate step from it.
 func startBackups(ctx context.Context, cfg config.Config, st *store.Store, snap driver.Snapshotter, mgr *sandbox.Manager, ops *inflight.Group, log *slog.Logger) (*backup.Service, error) {
 	limits := backup.Limits{MaxSize: cfg.BackupMaxSize, Quota: cfg.BackupQuota, MinFree: cfg.MinFreeDisk, IdleTimeout: cfg.BackupIdleTimeout}
-	bk := backup.New(backup.Options{DataDir: cfg.DataDir, Store: st, Sandboxes: mgr, Snapshotter: snap, Ops: ops, Limits: limits, Log: log})
+	opts := backup.Options{DataDir: cfg.DataDir, Store: st, Sandboxes: mgr, Snapshotter: snap, Ops: ops, Limits: limits, Log: log}
+	if snap == nil && cfg.Kubernetes() {
+		opts.NoSnapshots = "the kubernetes driver cannot snapshot sandboxes without a registry to keep the images in: set kubernetes_registry (docs/kubernetes.md, Snapshots)"
+	}
+	bk := backup.New(opts)
 	if err := bk.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover backups: %w", err)
 	}

@@ -435,7 +435,7 @@ func TestKubernetesRefusesDockerOnlyFeatures(t *testing.T) {
 	}
 
 	_, err = c.CreateSnapshot(ctx, sb.ID)
-	wantStatus(t, "snapshot", err, http.StatusNotImplemented, "cannot snapshot")
+	wantStatus(t, "snapshot", err, http.StatusNotImplemented, "cannot snapshot sandboxes without a registry to keep the images in: set kubernetes_registry")
 	_, err = c.SaveTemplate(ctx, sb.ID, "saved", nil)
 	wantStatus(t, "save as template", err, http.StatusNotImplemented, "snapshot")
 	_, err = c.BuildTemplate(ctx, "built", client.BuildTemplateOptions{}, dockerContext(t, "FROM scratch\n"), nil)

@@ -39,7 +39,7 @@ func clusterDriver(t *testing.T) (*kubernetes.Driver, string) {
 // clusterDriverOn is clusterDriver with the choice of the agent channel:
 // the node's run dir (the daemon's unix socket) or only what a spec's
 // AgentDial gives the box.
-func clusterDriverOn(t *testing.T, nodeRunDirs bool) (*kubernetes.Driver, string, *testk8s.Env) {
+func clusterDriverOn(t *testing.T, nodeRunDirs bool, tweak ...func(*kubernetes.Config)) (*kubernetes.Driver, string, *testk8s.Env) {
 	t.Helper()
 	env := testk8s.Cluster(t)
 	c := testenv.RequireDocker(t)
@@ -55,7 +55,7 @@ func clusterDriverOn(t *testing.T, nodeRunDirs bool) (*kubernetes.Driver, string
 	env.ImportImage(t, images.AgentRef)
 	image := testenv.BusyboxImage(t)
 	env.ImportImage(t, image)
-	d, err := kubernetes.New(kubernetes.Config{
+	cfg := kubernetes.Config{
 		Kubeconfig: env.Kubeconfig,
 		Namespace:  env.Namespace(t),
 		// The test cluster has no provisioner and one node, this host.
@@ -65,7 +65,11 @@ func clusterDriverOn(t *testing.T, nodeRunDirs bool) (*kubernetes.Driver, string
 		// The images the driver makes go to the cluster's registry.
 		Registry:    env.Registry,
 		RegistryURL: "http://" + env.Registry,
-	})
+	}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	d, err := kubernetes.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

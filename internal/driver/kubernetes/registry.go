@@ -177,44 +177,60 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 
 func digestOf(h hash.Hash) string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }
 
-// uploadStream uploads one blob that write produces, streaming it in one
-// PATCH (a chunked upload), and returns its digest and size.
-func (r *registry) uploadStream(ctx context.Context, repo string, write func(io.Writer) error) (descriptor, error) {
+// uploadChunk is the most of a blob one PATCH carries. The chunk is read
+// whole before it is sent, so a stream that fails fails between PATCHes,
+// where the upload's last Location still names it and it can be dropped.
+const uploadChunk = 16 << 20
+
+// uploadStream uploads one blob that write produces, in PATCHes of at most
+// uploadChunk, and returns its digest and size. A failed upload is dropped.
+func (r *registry) uploadStream(ctx context.Context, repo string, write func(io.Writer) error) (d descriptor, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url(repo, "blobs/uploads/"), nil)
 	if err != nil {
 		return descriptor{}, err
 	}
-	loc, err := r.location(req, "start an upload to "+r.name+"/"+repo)
+	what := "upload to " + r.name + "/" + repo
+	loc, err := r.location(req, "start an "+what)
 	if err != nil {
 		return descriptor{}, err
 	}
-	pr, pw := io.Pipe()
-	sum, n := sha256.New(), &countWriter{}
-	var werr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		werr = write(io.MultiWriter(pw, sum, n))
-		pw.CloseWithError(werr)
+	defer func() {
+		if err != nil {
+			r.cancelUpload(ctx, loc)
+		}
 	}()
-	req, err = http.NewRequestWithContext(ctx, http.MethodPatch, loc, pr)
-	if err == nil {
-		req.Header.Set("Content-Type", "application/octet-stream")
-		loc, err = r.location(req, "upload to "+r.name+"/"+repo)
+	pr, pw := io.Pipe()
+	defer pr.CloseWithError(errUploadEnded) // the writer stops if we do
+	sum := sha256.New()
+	go func() { pw.CloseWithError(write(io.MultiWriter(pw, sum))) }()
+	buf := make([]byte, uploadChunk)
+	var size int64
+	for {
+		n, rerr := io.ReadFull(pr, buf)
+		if n > 0 {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPatch, loc, bytes.NewReader(buf[:n]))
+			if err != nil {
+				return descriptor{}, err
+			}
+			req.Header.Set("Content-Type", "application/octet-stream")
+			req.Header.Set("Content-Range", fmt.Sprintf("%d-%d", size, size+int64(n)-1))
+			next, err := r.location(req, what)
+			if err != nil {
+				return descriptor{}, err
+			}
+			loc, size = next, size+int64(n)
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return descriptor{}, rerr
+		}
 	}
-	pr.CloseWithError(errUploadEnded)
-	<-done
-	// What the stream failed with says more than the registry's view of it.
-	if werr != nil && !errors.Is(werr, errUploadEnded) && err != nil {
-		return descriptor{}, werr
-	}
-	if err != nil {
-		return descriptor{}, err
-	}
-	d := descriptor{Digest: digestOf(sum), Size: n.n}
+	d = descriptor{Digest: digestOf(sum), Size: size}
 	u, err := url.Parse(loc)
 	if err != nil {
-		return descriptor{}, fmt.Errorf("upload to %s/%s: the registry's location %q: %w", r.name, repo, loc, err)
+		return descriptor{}, fmt.Errorf("%s: the registry's location %q: %w", what, loc, err)
 	}
 	q := u.Query()
 	q.Set("digest", d.Digest)
@@ -223,16 +239,27 @@ func (r *registry) uploadStream(ctx context.Context, repo string, write func(io.
 	if err != nil {
 		return descriptor{}, err
 	}
-	return d, r.expect(req, "finish the upload to "+r.name+"/"+repo, http.StatusCreated)
+	return d, r.expect(req, "finish the "+what, http.StatusCreated)
+}
+
+// cancelUpload drops an upload that failed, so the registry does not keep
+// its part until its purge; it is best effort.
+func (r *registry) cancelUpload(ctx context.Context, loc string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, loc, nil)
+	if err != nil {
+		return
+	}
+	if resp, err := r.client.Do(req); err == nil {
+		resp.Body.Close()
+	}
 }
 
 // errUploadEnded is what the stream's writer meets once the registry
 // stopped reading it.
 var errUploadEnded = errors.New("the upload ended")
 
-type countWriter struct{ n int64 }
-
-func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
 // location sends req, expecting 202 Accepted and a Location, which it
 // returns absolute.

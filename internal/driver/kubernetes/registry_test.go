@@ -1,0 +1,111 @@
+package kubernetes
+
+import (
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hotcell/hotcell/internal/backup"
+	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/templates"
+)
+
+func TestMade(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ref, repo, tag string
+	}{
+		{"hotcell/snapshot:sb-1-sn-2", "hotcell/snapshot", "sb-1-sn-2"},
+		{"docker.io/hotcell/snapshot:x", "hotcell/snapshot", "x"},
+		{"hotcell-tpl/saved:3-b1", "hotcell-tpl/saved", "3-b1"},
+		{"hotcell/snapshot", "", ""},                        // no tag
+		{"hotcell/snapshotter:x", "", ""},                   // another repository
+		{"hotcell-tpl:x", "", ""},                           // not under hotcell-tpl/
+		{"registry.example.com/hotcell/snapshot:x", "", ""}, // a registry of its own
+		{"hotcell/snapshot:x@sha256:" + sha64, "", ""},      // pinned by digest
+		{"debian:12", "", ""},
+		{"Not A Ref", "", ""},
+	} {
+		repo, tag, ok := made(tc.ref)
+		if repo != tc.repo || tag != tc.tag || ok != (tc.repo != "") {
+			t.Errorf("made(%q) = %q, %q, %v; want %q, %q", tc.ref, repo, tag, ok, tc.repo, tc.tag)
+		}
+	}
+}
+
+const sha64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func TestNewRegistry(t *testing.T) {
+	t.Parallel()
+	r, err := newRegistry("registry.example.com:5000/teams/a/", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.ref("hotcell/snapshot", "t"); got != "registry.example.com:5000/teams/a/hotcell/snapshot:t" {
+		t.Errorf("ref: %s", got)
+	}
+	if got := r.url("hotcell/snapshot", "manifests/t"); got != "https://registry.example.com:5000/v2/teams/a/hotcell/snapshot/manifests/t" {
+		t.Errorf("url: %s", got)
+	}
+	r, err = newRegistry("10.96.0.90:5000", "http://127.0.0.1:5055/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.url("hotcell-tpl/x", "blobs/uploads/"); got != "http://127.0.0.1:5055/v2/hotcell-tpl/x/blobs/uploads/" {
+		t.Errorf("url: %s", got)
+	}
+	for _, bad := range [][2]string{
+		{"https://r.example", ""},
+		{"/path-only", ""},
+		{"r.example/Upper", ""},
+		{"r.example", "ftp://r.example"},
+		{"r.example", "https://r.example/v2"},
+		{"r.example", "http://"},
+	} {
+		if _, err := newRegistry(bad[0], bad[1]); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("newRegistry(%q, %q): got %v, want invalid", bad[0], bad[1], err)
+		}
+	}
+}
+
+// TestPodForMadeImage: a box of an image hotcell made runs it from the
+// registry, pulled when the node lacks it whatever the policy for the
+// others; without a registry, and for any other image, the ref and the
+// policy are the spec's and the config's.
+func TestPodForMadeImage(t *testing.T) {
+	t.Parallel()
+	with := testDriver(Config{PullPolicy: corev1.PullNever, Registry: "10.96.0.90:5000", RegistryURL: "http://127.0.0.1:5055"})
+	without := testDriver(Config{PullPolicy: corev1.PullNever})
+	for _, tc := range []struct {
+		d           *Driver
+		image, want string
+		policy      corev1.PullPolicy
+	}{
+		{with, "hotcell/snapshot:sb-sn", "10.96.0.90:5000/hotcell/snapshot:sb-sn", corev1.PullIfNotPresent},
+		{with, "hotcell-tpl/saved:1-b", "10.96.0.90:5000/hotcell-tpl/saved:1-b", corev1.PullIfNotPresent},
+		{with, "busybox:latest", "busybox:latest", corev1.PullNever},
+		{without, "hotcell/snapshot:sb-sn", "hotcell/snapshot:sb-sn", corev1.PullNever},
+	} {
+		spec := baseSpec()
+		spec.Image = tc.image
+		p, err := tc.d.podFor(spec, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := p.Spec.Containers[0]; c.Image != tc.want || c.ImagePullPolicy != tc.policy {
+			t.Errorf("image %s (registry %v): container runs %s, %s; want %s, %s", tc.image, tc.d.reg != nil, c.Image, c.ImagePullPolicy, tc.want, tc.policy)
+		}
+	}
+}
+
+// TestMadeReposAreTheDaemons: the repositories the driver keeps in the
+// registry are those the daemon names its snapshots and templates in.
+func TestMadeReposAreTheDaemons(t *testing.T) {
+	t.Parallel()
+	for _, ref := range []string{backup.SnapshotRepo + ":sb-sn", templates.Repo + "/name:1-b"} {
+		if _, _, ok := made(ref); !ok {
+			t.Errorf("%s is the daemon's, but not an image the driver makes", ref)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package k8se2e
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/testk8s"
+)
+
+// TestKubernetesSnapshotAndSavedTemplate: with a registry, a daemon on the
+// Kubernetes driver snapshots a running sandbox and saves it as a
+// template, as on Docker. The root filesystem goes to the cluster's
+// registry (the agent streams it; the driver pushes it), the workspace to
+// a backup; a sandbox made from either has both; deleting the snapshot
+// and the template removes their images from the registry, and not while
+// a sandbox still runs one.
+func TestKubernetesSnapshotAndSavedTemplate(t *testing.T) {
+	env := testk8s.Cluster(t)
+	d := startKubeDaemonIn(t, env, env.Namespace(t),
+		"--kubernetes-registry", env.Registry, "--kubernetes-registry-url", "http://"+env.Registry)
+	ctx, c := t.Context(), d.C
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Env: map[string]string{"FROM_CREATE": "kept"}})
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, d.Logs())
+	}
+	execOK(t, c, sb.ID, "mkdir -p /opt/made && echo root-fs > /opt/made/mark && echo workspace > /workspace/ws && rm /bin/vi")
+
+	sn, err := c.CreateSnapshot(ctx, sb.ID)
+	if err != nil {
+		t.Fatalf("snapshot: %v\n%s", err, d.Logs())
+	}
+	if !registryHas(t, env.Registry, sn.Image) {
+		t.Fatalf("snapshot image %s is not in the registry", sn.Image)
+	}
+	// The sandbox goes on, and what it does now is not in the snapshot.
+	execOK(t, c, sb.ID, "echo after > /opt/made/after")
+
+	fork, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Snapshot: sn.ID})
+	if err != nil {
+		t.Fatalf("create from the snapshot: %v\n%s", err, d.Logs())
+	}
+	got := execOK(t, c, fork.ID, "cat /opt/made/mark /workspace/ws; test -e /opt/made/after && echo after-leaked; test -e /bin/vi && echo vi-back; echo $FROM_CREATE")
+	if got != "root-fs\nworkspace\nkept\n" {
+		t.Errorf("the sandbox from the snapshot: got %q, want the root filesystem and workspace of the snapshot, and the create's env", got)
+	}
+	// Its image is in use: the snapshot stays, with its image.
+	var apiErr *client.APIError
+	if err := c.DeleteSnapshot(ctx, sb.ID, sn.ID); !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict {
+		t.Errorf("delete the snapshot a sandbox runs: got %v, want 409", err)
+	}
+	if !registryHas(t, env.Registry, sn.Image) {
+		t.Errorf("a refused delete removed the image %s", sn.Image)
+	}
+
+	tpl, err := c.SaveTemplate(ctx, sb.ID, "saved-k8s", nil)
+	if err != nil {
+		t.Fatalf("save as template: %v\n%s", err, d.Logs())
+	}
+	fromTpl, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: tpl.Name})
+	if err != nil {
+		t.Fatalf("create from the saved template: %v\n%s", err, d.Logs())
+	}
+	if got := execOK(t, c, fromTpl.ID, "cat /opt/made/mark /opt/made/after /workspace/ws"); got != "root-fs\nafter\nworkspace\n" {
+		t.Errorf("the sandbox from the saved template: got %q", got)
+	}
+
+	for _, id := range []string{fork.ID, fromTpl.ID} {
+		if err := c.DeleteSandbox(ctx, id); err != nil {
+			t.Fatalf("destroy %s: %v", id, err)
+		}
+	}
+	if err := c.DeleteSnapshot(ctx, sb.ID, sn.ID); err != nil {
+		t.Fatalf("delete the snapshot: %v", err)
+	}
+	if registryHas(t, env.Registry, sn.Image) {
+		t.Errorf("the deleted snapshot's image %s is still in the registry", sn.Image)
+	}
+	if err := c.DeleteTemplate(ctx, tpl.Name, false); err != nil {
+		t.Fatalf("delete the template: %v", err)
+	}
+	if registryHas(t, env.Registry, tpl.Image) {
+		t.Errorf("the deleted template's image %s is still in the registry", tpl.Image)
+	}
+	if got := execOK(t, c, sb.ID, "cat /opt/made/mark"); got != "root-fs\n" {
+		t.Errorf("the snapshotted sandbox after all: %q", got)
+	}
+}
+
+// registryHas says whether the registry at host:port (plain HTTP) has ref,
+// an image of hotcell's own repositories (repo:tag, kept under its name).
+func registryHas(t *testing.T, registry, ref string) bool {
+	t.Helper()
+	repo, tag, ok := strings.Cut(ref, ":")
+	if !ok {
+		t.Fatalf("image %q has no tag", ref)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, fmt.Sprintf("http://%s/v2/%s/manifests/%s", registry, repo, tag), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true
+	case http.StatusNotFound:
+		return false
+	}
+	t.Fatalf("HEAD %s in the registry: %s", ref, resp.Status)
+	return false
+}
