@@ -260,7 +260,6 @@ func (r *registry) cancelUpload(ctx context.Context, loc string) {
 // stopped reading it.
 var errUploadEnded = errors.New("the upload ended")
 
-
 // location sends req, expecting 202 Accepted and a Location, which it
 // returns absolute.
 func (r *registry) location(req *http.Request, what string) (string, error) {
