@@ -53,7 +53,7 @@ func openBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (*bac
 type noImageBuilds struct{ driver string }
 
 func (n noImageBuilds) BuildImage(context.Context, string, string, map[string]string, io.Reader, driver.Progress) error {
-	return fmt.Errorf("template builds need the docker driver; this daemon runs sandboxes on %s, where a template is registered from an image the cluster can pull instead (POST /v1/templates?name=N&image=REF, hotcell template build -t N --image REF; docs/kubernetes.md): %w", n.driver, errdefs.ErrNotImplemented)
+	return fmt.Errorf("template builds on %s need a registry to keep the image in: set kubernetes_registry, or register an image the cluster can pull instead (POST /v1/templates?name=N&image=REF, hotcell template build -t N --image REF; docs/kubernetes.md): %w", n.driver, errdefs.ErrNotImplemented)
 }
 
 func (noImageBuilds) RemoveImage(context.Context, string) error { return nil }

@@ -72,12 +72,12 @@ func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 }
 
 // kubeImages are the images the Kubernetes driver makes in its registry:
-// snapshots and templates saved from a sandbox. A Dockerfile build is
-// still refused.
+// snapshots, templates saved from a sandbox, and template builds, which
+// run in a sandbox (build_kubernetes.go).
 type kubeImages struct {
-	noImageBuilds
 	drv *kubernetes.Driver
 	mgr **sandbox.Manager
+	cfg config.Config
 }
 
 func (k kubeImages) Commit(ctx context.Context, id, ref string, labels map[string]string) error {

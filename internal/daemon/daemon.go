@@ -156,7 +156,7 @@ func RunWithReady(ctx context.Context, cfg config.Config, log *slog.Logger, read
 		imgs := imagesAfterDestroys{be.docker, &mgr}
 		tplImages, snapshots = imgs, imgs
 	case be.kube != nil && be.kube.CanSnapshot():
-		imgs := kubeImages{noImageBuilds{be.name}, be.kube, &mgr}
+		imgs := kubeImages{be.kube, &mgr, cfg}
 		tplImages, snapshots = imgs, imgs
 	}
 	reg := newRegistry(cfg, st, log)

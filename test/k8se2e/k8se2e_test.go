@@ -439,7 +439,7 @@ func TestKubernetesRefusesDockerOnlyFeatures(t *testing.T) {
 	_, err = c.SaveTemplate(ctx, sb.ID, "saved", nil)
 	wantStatus(t, "save as template", err, http.StatusNotImplemented, "snapshot")
 	_, err = c.BuildTemplate(ctx, "built", client.BuildTemplateOptions{}, dockerContext(t, "FROM scratch\n"), nil)
-	wantStatus(t, "template build", err, http.StatusNotImplemented, "template builds need the docker driver")
+	wantStatus(t, "template build", err, http.StatusNotImplemented, "template builds on kubernetes need a registry to keep the image in: set kubernetes_registry")
 	_, err = c.PauseSandbox(ctx, sb.ID)
 	wantStatus(t, "pause", err, http.StatusNotImplemented, "cannot pause")
 	// A timeout whose action is pause could never act: refused up front.

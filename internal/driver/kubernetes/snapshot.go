@@ -118,6 +118,12 @@ func (d *Driver) pullPolicy(ref string) corev1.PullPolicy {
 // the registry as image ref, labelled with labels and LabelManaged. The
 // box goes on running.
 func (d *Driver) Commit(ctx context.Context, id, ref string, labels map[string]string) error {
+	return d.CommitWithEnv(ctx, id, ref, labels, nil)
+}
+
+// CommitWithEnv is Commit with env laid over the box's own in the image's
+// config (a build's ENVs).
+func (d *Driver) CommitWithEnv(ctx context.Context, id, ref string, labels, env map[string]string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
@@ -143,7 +149,7 @@ func (d *Driver) Commit(ctx context.Context, id, ref string, labels map[string]s
 		return err
 	}
 	cfg := imageConfig{Created: time.Now().UTC(), OS: "linux", Architecture: d.nodeArch(ctx, pod.Spec.NodeName)}
-	if cfg.Config.Env, err = boxEnv(ctx, conn); err != nil {
+	if cfg.Config.Env, err = boxEnv(ctx, conn, env); err != nil {
 		return fmt.Errorf("commit sandbox %s: %w", id, err)
 	}
 	cfg.Config.Labels = map[string]string{driver.LabelManaged: "true"}
@@ -174,11 +180,18 @@ func (d *Driver) Commit(ctx context.Context, id, ref string, labels map[string]s
 }
 
 // boxEnv is the image config's Env: the box's own env (the image's and
-// the pod's) without what the driver and the cluster set in every pod.
-func boxEnv(ctx context.Context, conn *agentconn.Conn) ([]string, error) {
+// the pod's) without what the driver and the cluster set in every pod,
+// with over laid over it.
+func boxEnv(ctx context.Context, conn *agentconn.Conn, over map[string]string) ([]string, error) {
 	var got wire.SetEnvRequest
 	if err := conn.DoJSON(ctx, http.MethodGet, "/v1/env", nil, &got); err != nil {
 		return nil, fmt.Errorf("read the box's env: %w", err)
+	}
+	if got.Env == nil {
+		got.Env = map[string]string{}
+	}
+	for k, v := range over {
+		got.Env[k] = v
 	}
 	var env []string
 	for k, v := range got.Env {

@@ -1,0 +1,379 @@
+// Package stepbuild builds a template's Dockerfile inside a running box,
+// step by step, for a driver with no image builder (Kubernetes): RUN runs
+// in the box through its agent, COPY and ADD send the build context's
+// files there, and ENV, ARG, WORKDIR, USER, LABEL and SHELL are kept by
+// the builder. The box's root filesystem is then the image (its driver
+// commits it). It takes one stage; what it cannot do the same as Docker's
+// builder is refused with the line that asks for it.
+package stepbuild
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/hotcell/hotcell/internal/errdefs"
+)
+
+// Instructions a Plan holds.
+const (
+	OpRun     = "RUN"
+	OpCopy    = "COPY"
+	OpAdd     = "ADD"
+	OpEnv     = "ENV"
+	OpArg     = "ARG"
+	OpWorkdir = "WORKDIR"
+	OpUser    = "USER"
+	OpLabel   = "LABEL"
+	OpShell   = "SHELL"
+	// OpNote is an instruction that does not change the image here
+	// (CMD, ENTRYPOINT, EXPOSE, ...: the agent is the box's first
+	// process); the build says so and goes on.
+	OpNote = "NOTE"
+)
+
+// Plan is a Dockerfile as the builder runs it.
+type Plan struct {
+	// From is the base image, its ARGs not yet substituted.
+	From string
+	// PreArgs are the ARGs before FROM: they may be used in From only.
+	PreArgs []KV
+	Steps   []Step
+}
+
+// KV is a name and a value (ENV, ARG, LABEL).
+type KV struct {
+	Key, Value string
+	// HasValue is false for an ARG with no default.
+	HasValue bool
+}
+
+// Step is one instruction after FROM.
+type Step struct {
+	Line int    // where it starts in the Dockerfile, from 1
+	Text string // the instruction as written, joined on one line
+	Op   string
+	// Exec is RUN's or SHELL's JSON form; Shell is RUN's shell form.
+	Exec  []string
+	Shell string
+	// Sources and Dest are COPY's and ADD's; Chown its --chown.
+	Sources []string
+	Dest    string
+	Chown   string
+	// KVs are ENV's, ARG's and LABEL's.
+	KVs []KV
+	// Arg is WORKDIR's path or USER's user.
+	Arg string
+}
+
+// maxDockerfile bounds the Dockerfile the parser reads.
+const maxDockerfile = 1 << 20
+
+// Parse reads a Dockerfile. An error is errdefs.ErrInvalidArgument naming
+// the line.
+func Parse(dockerfile []byte) (Plan, error) {
+	var p Plan
+	if len(dockerfile) > maxDockerfile {
+		return p, errdefs.Invalid("dockerfile", "is %d bytes, more than %d", len(dockerfile), maxDockerfile)
+	}
+	lines, err := logicalLines(dockerfile)
+	if err != nil {
+		return p, err
+	}
+	for _, l := range lines {
+		op, rest, _ := strings.Cut(l.text, " ")
+		op = strings.ToUpper(op)
+		rest = strings.TrimSpace(rest)
+		bad := func(format string, args ...any) error {
+			return errdefs.Invalid("dockerfile", "line %d: %s: %s", l.line, op, fmt.Sprintf(format, args...))
+		}
+		if p.From == "" {
+			switch op {
+			case "FROM":
+				f := strings.Fields(rest)
+				if len(f) == 0 {
+					return p, bad("names no image")
+				}
+				if strings.HasPrefix(f[0], "--") {
+					return p, bad("%s is not taken here (the image runs on the cluster's nodes as they are)", clip(f[0]))
+				}
+				if len(f) != 1 && !(len(f) == 3 && strings.EqualFold(f[1], "AS")) {
+					return p, bad("want FROM image [AS name]")
+				}
+				p.From = f[0]
+			case OpArg:
+				kvs, err := parseArg(rest)
+				if err != nil {
+					return p, bad("%v", err)
+				}
+				p.PreArgs = append(p.PreArgs, kvs...)
+			default:
+				return p, bad("comes before FROM (only ARG may)")
+			}
+			continue
+		}
+		st := Step{Line: l.line, Text: l.text, Op: op}
+		switch op {
+		case "FROM":
+			return p, bad("a second stage: multi-stage builds need the docker driver (build the image there, push it, and register it: hotcell template build --image)")
+		case OpRun:
+			if rest == "" {
+				return p, bad("runs nothing")
+			}
+			if strings.HasPrefix(rest, "--") {
+				return p, bad("%s is not taken here", clip(strings.Fields(rest)[0]))
+			}
+			if exec, ok, err := jsonForm(rest); ok || err != nil {
+				if err != nil || len(exec) == 0 {
+					return p, bad("the JSON form must be a non-empty array of strings")
+				}
+				st.Exec = exec
+			} else {
+				st.Shell = rest
+			}
+		case OpCopy, OpAdd:
+			args := rest
+			for strings.HasPrefix(args, "--") {
+				flag, after, _ := strings.Cut(args, " ")
+				args = strings.TrimSpace(after)
+				if v, ok := strings.CutPrefix(flag, "--chown="); ok && v != "" {
+					st.Chown = v
+					continue
+				}
+				return p, bad("%s is not taken here (only --chown)", clip(flag))
+			}
+			f, isJSON, err := jsonForm(args)
+			if !isJSON {
+				f, err = words(args)
+			}
+			if err != nil {
+				return p, bad("%v", err)
+			}
+			if len(f) < 2 {
+				return p, bad("want sources and a destination")
+			}
+			st.Sources, st.Dest = f[:len(f)-1], f[len(f)-1]
+			for _, s := range st.Sources {
+				if strings.Contains(s, "://") {
+					return p, bad("%s: a URL; fetch it in a RUN step instead", clip(s))
+				}
+			}
+		case OpEnv, OpLabel:
+			kvs, err := parseKVs(rest, op == OpEnv)
+			if err != nil {
+				return p, bad("%v", err)
+			}
+			st.KVs = kvs
+		case OpArg:
+			kvs, err := parseArg(rest)
+			if err != nil {
+				return p, bad("%v", err)
+			}
+			st.KVs = kvs
+		case OpWorkdir, OpUser:
+			if rest == "" {
+				return p, bad("is empty")
+			}
+			st.Arg = rest
+		case OpShell:
+			exec, ok, err := jsonForm(rest)
+			if !ok || err != nil || len(exec) == 0 {
+				return p, bad("want a JSON array, such as [\"/bin/bash\", \"-c\"]")
+			}
+			st.Exec = exec
+		case "CMD", "ENTRYPOINT", "EXPOSE", "HEALTHCHECK", "STOPSIGNAL", "VOLUME", "MAINTAINER":
+			st.Op = OpNote
+		case "ONBUILD":
+			return p, bad("is not taken here")
+		default:
+			return p, bad("is not a Dockerfile instruction")
+		}
+		p.Steps = append(p.Steps, st)
+	}
+	if p.From == "" {
+		return p, errdefs.Invalid("dockerfile", "has no FROM")
+	}
+	return p, nil
+}
+
+type logicalLine struct {
+	line int
+	text string
+}
+
+// logicalLines joins continued lines (a trailing backslash) and drops
+// comments and blank lines. A parser directive other than syntax (an
+// escape character of its own) is refused.
+func logicalLines(b []byte) ([]logicalLine, error) {
+	var out []logicalLine
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), maxDockerfile)
+	var cur strings.Builder
+	start, n, directives := 0, 0, true
+	for sc.Scan() {
+		n++
+		raw := strings.TrimRight(sc.Text(), "\r")
+		trimmed := strings.TrimSpace(raw)
+		if strings.HasPrefix(trimmed, "#") {
+			if directives {
+				k, _, ok := strings.Cut(strings.TrimSpace(trimmed[1:]), "=")
+				if ok && strings.EqualFold(strings.TrimSpace(k), "escape") {
+					return nil, errdefs.Invalid("dockerfile", "line %d: the escape directive is not taken here (the escape character is \\)", n)
+				}
+			}
+			continue // a comment, also inside a continued instruction
+		}
+		directives = false
+		if trimmed == "" && cur.Len() == 0 {
+			continue
+		}
+		if cur.Len() == 0 {
+			start = n
+		}
+		if body, ok := strings.CutSuffix(trimmed, `\`); ok {
+			cur.WriteString(body)
+			cur.WriteByte(' ')
+			continue
+		}
+		cur.WriteString(trimmed)
+		out = append(out, logicalLine{start, strings.TrimSpace(cur.String())})
+		cur.Reset()
+	}
+	if err := sc.Err(); err != nil {
+		return nil, errdefs.Invalid("dockerfile", "line %d: %v", n+1, err)
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		out = append(out, logicalLine{start, s})
+	}
+	return out, nil
+}
+
+// jsonForm reads an instruction's JSON form; ok says it is one (it starts
+// with [), err that it is a bad one.
+func jsonForm(s string) (argv []string, ok bool, err error) {
+	if !strings.HasPrefix(s, "[") {
+		return nil, false, nil
+	}
+	if err := json.Unmarshal([]byte(s), &argv); err != nil {
+		// Docker runs a line that is not valid JSON in the shell form.
+		return nil, false, nil
+	}
+	return argv, true, nil
+}
+
+// words splits on blanks, keeping quoted strings ("a b", 'a b') whole and
+// taking a backslash as escaping the next character outside single quotes.
+func words(s string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	in, quote, esc := false, byte(0), false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case esc:
+			cur.WriteByte(c)
+			esc, in = false, true
+		case c == '\\' && quote != '\'':
+			esc = true
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			} else {
+				cur.WriteByte(c)
+			}
+		case c == '"' || c == '\'':
+			quote, in = c, true
+		case c == ' ' || c == '\t':
+			if in {
+				out = append(out, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteByte(c)
+			in = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("a quote is not closed")
+	}
+	if esc {
+		cur.WriteByte('\\')
+		in = true
+	}
+	if in {
+		out = append(out, cur.String())
+	}
+	return out, nil
+}
+
+// parseKVs reads ENV's or LABEL's name=value pairs; ENV also takes the
+// old form, "ENV name the rest of the line".
+func parseKVs(s string, legacy bool) ([]KV, error) {
+	f, err := words(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(f) == 0 {
+		return nil, fmt.Errorf("names nothing")
+	}
+	if legacy && !strings.Contains(f[0], "=") {
+		name, rest, _ := strings.Cut(strings.TrimSpace(s), " ")
+		if err := checkName(name); err != nil {
+			return nil, err
+		}
+		return []KV{{Key: name, Value: strings.TrimSpace(rest), HasValue: true}}, nil
+	}
+	var out []KV
+	for _, w := range f {
+		k, v, ok := strings.Cut(w, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s: want name=value", clip(w))
+		}
+		if legacy {
+			if err := checkName(k); err != nil {
+				return nil, err
+			}
+		} else if k == "" {
+			return nil, fmt.Errorf("a label with no name")
+		}
+		out = append(out, KV{Key: k, Value: v, HasValue: true})
+	}
+	return out, nil
+}
+
+// parseArg reads ARG name[=default] ...
+func parseArg(s string) ([]KV, error) {
+	f, err := words(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(f) == 0 {
+		return nil, fmt.Errorf("names nothing")
+	}
+	var out []KV
+	for _, w := range f {
+		k, v, ok := strings.Cut(w, "=")
+		if err := checkName(k); err != nil {
+			return nil, err
+		}
+		out = append(out, KV{Key: k, Value: v, HasValue: ok})
+	}
+	return out, nil
+}
+
+func checkName(k string) error {
+	if k == "" || strings.ContainsAny(k, "=\x00 \t$") {
+		return fmt.Errorf("%s is not a variable name", clip(k))
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return fmt.Sprintf("%q", s)
+}

@@ -1,0 +1,154 @@
+package k8se2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hotcell/hotcell/client"
+	"github.com/hotcell/hotcell/internal/testenv"
+	"github.com/hotcell/hotcell/internal/testk8s"
+)
+
+// TestKubernetesTemplateBuild: on Kubernetes, with a registry, a template
+// is built from a Dockerfile as on Docker. A sandbox of the FROM image
+// runs the steps through its agent (RUN, COPY and ADD of the context's
+// files, ENV, ARG, WORKDIR, USER, LABEL), the build log comes back line
+// by line, the root filesystem goes to the registry, and the build's
+// sandbox is gone after. A sandbox from the template has what the steps
+// made, and the image's env. A failing RUN fails the build with its line
+// and output, and records no version.
+func TestKubernetesTemplateBuild(t *testing.T) {
+	env := testk8s.Cluster(t)
+	d := startKubeDaemonIn(t, env, env.Namespace(t),
+		"--kubernetes-registry", env.Registry, "--kubernetes-registry-url", "http://"+env.Registry,
+		"--template-build-limits", "cpus=0.25,memory=256")
+	ctx, c := t.Context(), d.C
+	image := testenv.BusyboxImage(t)
+
+	dockerfile := `# syntax=docker/dockerfile:1
+ARG BASE=` + image + `
+FROM ${BASE}
+ARG GREETING=hello
+ENV APP_HOME=/opt/app \
+    SPACED="two words"
+LABEL team=ml
+WORKDIR $APP_HOME
+COPY app/ ./
+COPY --chown=nobody notes.txt /etc/notes.txt
+ADD bundle.tar.gz /opt/bundle/
+RUN echo "$GREETING from $(pwd)" > built.txt && test -x main.sh && echo step-output-seen
+USER nobody
+RUN id -un > /tmp/whoami
+CMD ["sleep", "1"]
+`
+	bundle := tarGz(t, map[string]string{"inside/bundled.txt": "from the archive\n"})
+	bctx := contextTar(t, map[string]string{
+		"Dockerfile":       dockerfile,
+		"app/main.sh":      "#!/bin/sh\necho main\n",
+		"app/lib/util.sh":  "util\n",
+		"app/secret.key":   "left out by .dockerignore\n",
+		"notes.txt":        "notes\n",
+		"bundle.tar.gz":    string(bundle),
+		".dockerignore":    "app/*.key\n",
+		"not-copied/x.txt": "x\n",
+	})
+	var log []string
+	tpl, err := c.BuildTemplate(ctx, "k8s-built", client.BuildTemplateOptions{}, bctx, func(line string) { log = append(log, line) })
+	if err != nil {
+		t.Fatalf("build: %v\nlog:\n%s\n%s", err, strings.Join(log, "\n"), d.Logs())
+	}
+	joined := strings.Join(log, "\n")
+	for _, want := range []string{"Step 1/", "step-output-seen", "not used here"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("the build log lacks %q:\n%s", want, joined)
+		}
+	}
+	if !registryHas(t, env.Registry, tpl.Image) {
+		t.Errorf("the template's image %s is not in the registry", tpl.Image)
+	}
+	// The build's sandbox is gone.
+	list, err := c.ListSandboxes(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 0 {
+		t.Errorf("sandboxes left after the build: %+v", list)
+	}
+
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: tpl.Name})
+	if err != nil {
+		t.Fatalf("create from the built template: %v\n%s", err, d.Logs())
+	}
+	got := execOK(t, c, sb.ID, `cd /opt/app && cat built.txt && ./main.sh && cat lib/util.sh /etc/notes.txt /opt/bundle/inside/bundled.txt /tmp/whoami && `+
+		`stat -c %U /etc/notes.txt && echo "$APP_HOME|$SPACED|$GREETING" && ls /opt/app`)
+	want := "hello from /opt/app\nmain\nutil\nnotes\nfrom the archive\nnobody\nnobody\n/opt/app|two words|\nbuilt.txt\nlib\nmain.sh\n"
+	if got != want {
+		t.Errorf("the sandbox from the built template:\n got %q\nwant %q", got, want)
+	}
+
+	// A RUN that fails fails the build, naming its line, with its output.
+	log = nil
+	_, err = c.BuildTemplate(ctx, "k8s-built", client.BuildTemplateOptions{}, dockerContext(t, "FROM "+image+"\nRUN echo before\nRUN echo failing-output && exit 3\n"), func(line string) { log = append(log, line) })
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, "line 3") || !strings.Contains(apiErr.Message, "non-zero code: 3") {
+		t.Errorf("a failing RUN: got %v, want 400 naming line 3 and its code", err)
+	}
+	if !strings.Contains(strings.Join(log, "\n"), "failing-output") {
+		t.Errorf("the failing build's log lacks the step's output:\n%s", strings.Join(log, "\n"))
+	}
+	if got, err := c.GetTemplate(ctx, "k8s-built"); err != nil || got.Version != tpl.Version {
+		t.Errorf("after the failed build: %+v, %v; want version %d kept", got, err, tpl.Version)
+	}
+	// What the builder cannot do as Docker's does is refused up front.
+	_, err = c.BuildTemplate(ctx, "k8s-multi", client.BuildTemplateOptions{}, dockerContext(t, "FROM "+image+" AS a\nRUN true\nFROM "+image+"\nCOPY --from=a /x /x\n"), nil)
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, "multi-stage builds need the docker driver") {
+		t.Errorf("a multi-stage build: got %v, want 400 saying multi-stage builds need the docker driver", err)
+	}
+	if list, _ := c.ListSandboxes(ctx, client.ListOptions{}); len(list) != 1 {
+		t.Errorf("sandboxes after the failed builds: %+v, want the one from the template", list)
+	}
+}
+
+// contextTar is a build context of files (name to content).
+func contextTar(t *testing.T, files map[string]string) *bytes.Reader {
+	t.Helper()
+	var buf bytes.Buffer
+	writeTar(t, &buf, files)
+	return bytes.NewReader(buf.Bytes())
+}
+
+func tarGz(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	writeTar(t, zw, files)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func writeTar(t *testing.T, w interface{ Write([]byte) (int, error) }, files map[string]string) {
+	t.Helper()
+	tw := tar.NewWriter(w)
+	for name, body := range files {
+		mode := int64(0o644)
+		if strings.HasSuffix(name, ".sh") {
+			mode = 0o755
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
