@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -155,6 +156,9 @@ func Parse(dockerfile []byte) (Plan, error) {
 				return p, bad("want sources and a destination")
 			}
 			st.Sources, st.Dest = f[:len(f)-1], f[len(f)-1]
+			if slices.Contains(f, "") {
+				return p, bad("a source or the destination is empty")
+			}
 			for _, s := range st.Sources {
 				if strings.Contains(s, "://") {
 					return p, bad("%s: a URL; fetch it in a RUN step instead", clip(s))
@@ -265,6 +269,8 @@ func jsonForm(s string) (argv []string, ok bool, err error) {
 
 // words splits on blanks, keeping quoted strings ("a b", 'a b') whole and
 // taking a backslash as escaping the next character outside single quotes.
+// A $ that must stay one (escaped, or in single quotes) is left as \$ for
+// expand.
 func words(s string) ([]string, error) {
 	var out []string
 	var cur strings.Builder
@@ -273,14 +279,20 @@ func words(s string) ([]string, error) {
 		c := s[i]
 		switch {
 		case esc:
+			if c == '$' {
+				cur.WriteByte('\\') // kept for expand: a literal $
+			}
 			cur.WriteByte(c)
 			esc, in = false, true
 		case c == '\\' && quote != '\'':
 			esc = true
 		case quote != 0:
-			if c == quote {
+			switch {
+			case c == quote:
 				quote = 0
-			} else {
+			case c == '$' && quote == '\'':
+				cur.WriteString(`\$`) // no substitution in single quotes
+			default:
 				cur.WriteByte(c)
 			}
 		case c == '"' || c == '\'':
