@@ -65,10 +65,12 @@ error, and records nothing.
 the template; a create's own values win. --workspace DIR makes directory DIR
 of the built image the workspace seed: every sandbox made from the template
 starts with its contents in /workspace.
+On Kubernetes the daemon builds the Dockerfile itself, in a sandbox of its
+FROM image, one stage (docs/kubernetes.md, Template builds); it needs the
+daemon's kubernetes_registry.
 --image REF registers the existing image REF as the next version instead,
-with no build (the daemon pulls it on Docker; on Kubernetes, which has no
-image builder, this is how templates are made). Deleting the template
-leaves the image.`,
+with no build (the daemon pulls it on Docker; on Kubernetes the kubelet
+does). Deleting the template leaves the image.`,
 		Example: `  hotcell template build -t py-data .
   hotcell template build -t py-data -f docker/Dockerfile.py --env PYTHONUNBUFFERED=1 ./src
   hotcell template build -t course --workspace /opt/course .   # Dockerfile: COPY lessons /opt/course
