@@ -232,17 +232,46 @@ func (e *Env) ctr(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "ctr", append([]string{"--address", e.Containerd, "-n", "k8s.io"}, args...)...)
 }
 
+// importImage copies ref from Docker into the cluster. Another test
+// process (another package) may build ref again meanwhile, moving the tag
+// between the inspect and the save: the cluster then gets that newer
+// build, which is as good (the same tree's), and the check follows the
+// tag to it.
 func (e *Env) importImage(ref string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	for attempt := 0; ; attempt++ {
+		id, err := dockerImageID(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if e.hasImage(ctx, ref, id) {
+			return nil
+		}
+		ierr := e.importOnce(ctx, ref)
+		if ierr == nil && e.hasImage(ctx, ref, id) {
+			return nil
+		}
+		if now, err := dockerImageID(ctx, ref); err == nil && now != id && attempt < 3 {
+			continue // rebuilt meanwhile: take that build
+		}
+		if ierr != nil {
+			return ierr
+		}
+		return fmt.Errorf("ctr imported %s but the cluster does not list it with config %s", ref, id)
+	}
+}
+
+func dockerImageID(ctx context.Context, ref string) (string, error) {
 	out, err := exec.CommandContext(ctx, "docker", "image", "inspect", "-f", "{{.Id}}", ref).Output()
 	if err != nil {
-		return fmt.Errorf("docker image inspect: %w", err)
+		return "", fmt.Errorf("docker image inspect %s: %w", ref, err)
 	}
-	id := strings.TrimSpace(string(out))
-	if e.hasImage(ctx, ref, id) {
-		return nil
-	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// importOnce pipes docker save into ctr images import.
+func (e *Env) importOnce(ctx context.Context, ref string) error {
 	save := exec.CommandContext(ctx, "docker", "save", ref)
 	imp := e.ctr(ctx, "images", "import", "-")
 	pipe, err := save.StdoutPipe()
@@ -262,9 +291,6 @@ func (e *Env) importImage(ref string) error {
 	}
 	if ie != nil {
 		return fmt.Errorf("ctr images import: %w: %s", ie, strings.TrimSpace(ierr.String()))
-	}
-	if !e.hasImage(ctx, ref, id) {
-		return fmt.Errorf("ctr imported %s but the cluster does not list it with config %s", ref, id)
 	}
 	return nil
 }
