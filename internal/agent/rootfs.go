@@ -6,9 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 
+	"github.com/hotcell/hotcell/internal/fspath"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -53,31 +53,12 @@ func mountPoints(r io.Reader) (map[string]bool, error) {
 		if len(fields) < 5 {
 			return nil, fmt.Errorf("read the mounts: a line of %d fields: %q", len(fields), sc.Text())
 		}
-		points[unescapeMount(fields[4])] = true
+		points[fspath.UnescapeMount(fields[4])] = true
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read the mounts: %w", err)
 	}
 	return points, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // boxEnv answers the box's own env: the image's and the engine's, not the

@@ -4,6 +4,7 @@ package fspath
 
 import (
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -38,4 +39,24 @@ func ResolveIn(workspace, field, p string) (string, error) {
 		p = path.Join(workspace, p)
 	}
 	return path.Clean(p), nil
+}
+
+// UnescapeMount undoes the kernel's octal escapes (\040 for a space) in a
+// path of a mount table (/proc/self/mountinfo).
+func UnescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hotcell/hotcell/internal/fspath"
 )
 
 const (
@@ -422,30 +424,10 @@ func MountPoints() ([]string, error) {
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) > 4 {
-			out = append(out, unescape(f[4]))
+			out = append(out, fspath.UnescapeMount(f[4]))
 		}
 	}
 	return out, sc.Err()
-}
-
-// unescape undoes the kernel's octal escapes (\040 for a space) in a
-// mountinfo path.
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func run(ctx context.Context, name string, args ...string) error {

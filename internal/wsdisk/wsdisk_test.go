@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotcell/hotcell/internal/fspath"
 	"github.com/hotcell/hotcell/internal/testenv"
 )
 
@@ -140,14 +141,6 @@ func TestRefusesPaths(t *testing.T) {
 	}
 }
 
-func TestUnescape(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\`: `/x\`, `/t\011`: "/t\t"} {
-		if got := unescape(in); got != want {
-			t.Errorf("unescape(%q): got %q, want %q", in, got, want)
-		}
-	}
-}
-
 // loopsBacking lists the loop devices whose backing file is under dir.
 func loopsBacking(dir string) []string {
 	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
@@ -222,7 +215,7 @@ func mountOptionsOf(t *testing.T, mp string) (opts, super []string) {
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
-		if len(f) < 10 || unescape(f[4]) != mp {
+		if len(f) < 10 || fspath.UnescapeMount(f[4]) != mp {
 			continue
 		}
 		i := slices.Index(f, "-")
