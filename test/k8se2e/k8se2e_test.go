@@ -5,7 +5,6 @@
 package k8se2e
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -614,18 +613,7 @@ func get(t *testing.T, hc *http.Client, u string, hdr map[string]string) (int, s
 // dockerContext is a build context holding only a Dockerfile.
 func dockerContext(t *testing.T, dockerfile string) io.Reader {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile)), Typeflag: tar.TypeReg}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(tw, dockerfile); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return &buf
+	return contextTar(t, map[string]string{"Dockerfile": dockerfile})
 }
 
 // stepCounts reads the observation count of each step of op from the
