@@ -75,6 +75,12 @@ func (a agentBox) Run(ctx context.Context, argv []string, env map[string]string,
 	}
 }
 
+// Mkdir makes dir and its parents (the agent's POST /v1/fs/mkdir), with
+// nothing asked of the image.
+func (a agentBox) Mkdir(ctx context.Context, dir string) error {
+	return a.conn.DoJSON(ctx, http.MethodPost, "/v1/fs/mkdir", wire.MkdirRequest{Path: dir, Parents: true}, nil)
+}
+
 // Extract unpacks a tar into dir (the agent's PUT /v1/archive).
 func (a agentBox) Extract(ctx context.Context, dir string, tar io.Reader) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/archive?path="+url.QueryEscape(dir), tar)

@@ -23,6 +23,8 @@ type Box interface {
 	Run(ctx context.Context, argv []string, env map[string]string, cwd, user string, output func([]byte)) (int, error)
 	// Extract unpacks a tar (or tar.gz) into dir, made if missing.
 	Extract(ctx context.Context, dir string, tar io.Reader) error
+	// Mkdir makes dir and its parents; an existing one is no error.
+	Mkdir(ctx context.Context, dir string) error
 }
 
 // Context is a build context: a tar a build may read more than once.
@@ -154,7 +156,7 @@ func (b *builder) step(ctx context.Context, st Step) error {
 			return b.invalid(st, "%v", err)
 		}
 		b.workdir = b.abs(dir)
-		return b.run(ctx, st, []string{"mkdir", "-p", b.workdir}, "/")
+		return b.box.Mkdir(ctx, b.workdir)
 	case OpUser:
 		u, err := expand(st.Arg, b.vars())
 		if err != nil {
@@ -268,8 +270,16 @@ func (b *builder) copy(ctx context.Context, st Step) error {
 		destDir = true
 	}
 	// ADD unpacks a local tar archive into the destination.
-	if st.Op == OpAdd && len(items) == 1 && !items[0].dir && isArchive(items[0].name) {
-		return b.addArchive(ctx, st, items[0].name, dest)
+	for _, it := range items {
+		if st.Op == OpAdd && !it.dir && isArchive(it.name) {
+			if len(items) > 1 {
+				return b.invalid(st, "%s: an archive is unpacked alone here: give it an ADD of its own", clip(it.name))
+			}
+			return b.addArchive(ctx, st, it.name, dest)
+		}
+		if st.Op == OpAdd && !it.dir && isOtherArchive(it.name) {
+			return b.invalid(st, "%s: only .tar, .tar.gz and .tgz archives are unpacked here: COPY it and unpack it in a RUN", clip(it.name))
+		}
 	}
 	into := dest
 	if !destDir {
@@ -397,6 +407,17 @@ func (b *builder) addArchive(ctx context.Context, st Step, name, dest string) er
 	err := b.box.Extract(ctx, dest, pr)
 	pr.CloseWithError(errors.New("the copy ended"))
 	return err
+}
+
+// isOtherArchive is a compressed tar Docker's ADD unpacks and this one
+// cannot (the agent reads tar and gzip).
+func isOtherArchive(name string) bool {
+	for _, ext := range []string{".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tbz", ".tar.zst"} {
+		if strings.HasSuffix(name, ext) {
+			return true
+		}
+	}
+	return false
 }
 
 func isArchive(name string) bool {

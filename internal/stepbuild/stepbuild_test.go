@@ -168,6 +168,7 @@ func TestIgnore(t *testing.T) {
 // fakeBox records what a build asks of a box.
 type fakeBox struct {
 	runs     []fakeRun
+	mkdirs   []string
 	extracts map[string]map[string]string // dir -> name -> content ("<dir>", "-> target")
 	exit     int
 }
@@ -182,6 +183,11 @@ func (f *fakeBox) Run(_ context.Context, argv []string, env map[string]string, c
 	f.runs = append(f.runs, fakeRun{argv, env, cwd, user})
 	out([]byte("out of " + argv[0] + "\n"))
 	return f.exit, nil
+}
+
+func (f *fakeBox) Mkdir(_ context.Context, dir string) error {
+	f.mkdirs = append(f.mkdirs, dir)
+	return nil
 }
 
 func (f *fakeBox) Extract(_ context.Context, dir string, r io.Reader) error {
@@ -291,7 +297,6 @@ LABEL from=$HOME_DIR
 	}
 	runEnv := map[string]string{"V": "1", "HOME_DIR": "/opt/app", "PATH_ADD": "1", "LIT": "$V", "ESC": "$V"}
 	wantRuns := []fakeRun{
-		{[]string{"mkdir", "-p", "/opt/app"}, runEnv, "/", ""},
 		{[]string{"chown", "-R", "--", "nobody", "/l"}, runEnv, "/", ""},
 		{[]string{"/bin/bash", "-c", "echo $V"}, runEnv, "/opt/app", "nobody"},
 	}
@@ -303,6 +308,9 @@ LABEL from=$HOME_DIR
 		if !slices.Equal(g.argv, w.argv) || !maps.Equal(g.env, w.env) || g.cwd != w.cwd || g.user != w.user {
 			t.Errorf("run %d: got %+v, want %+v", i, g, w)
 		}
+	}
+	if !slices.Equal(box.mkdirs, []string{"/opt/app"}) {
+		t.Errorf("directories made: %q, want the WORKDIR", box.mkdirs)
 	}
 	if !slices.Contains(log, "Step 11/12 : RUN echo $V") || !slices.Contains(log, "out of /bin/bash") {
 		t.Errorf("log: %q", log)
@@ -327,7 +335,7 @@ func TestRunCopySingleFile(t *testing.T) {
 
 func TestRunFails(t *testing.T) {
 	t.Parallel()
-	bctx := tarContext(t, map[string]string{"a.txt": "a", "b.txt": "b", "x.key": "k", ".dockerignore": "*.key"})
+	bctx := tarContext(t, map[string]string{"a.txt": "a", "b.txt": "b", "x.key": "k", ".dockerignore": "*.key", "p.tar.xz": "xz", "q.tgz": "gz"})
 	for _, tc := range []struct {
 		dockerfile, says string
 		exit             int
@@ -335,6 +343,8 @@ func TestRunFails(t *testing.T) {
 		{"FROM i\nCOPY missing /x", "line 2: COPY: \"missing\": no such file or directory in the build context", 0},
 		{"FROM i\nCOPY x.key /x", "line 2: COPY: \"x.key\": no such file or directory in the build context (or .dockerignore leaves it out)", 0},
 		{"FROM i\nCOPY *.txt /dir", "line 2: COPY: when copying more than one source the destination must be a directory and end with a /", 0},
+		{"FROM i\nADD p.tar.xz /x/", "line 2: ADD: \"p.tar.xz\": only .tar, .tar.gz and .tgz archives are unpacked here", 0},
+		{"FROM i\nADD q.tgz a.txt /x/", "line 2: ADD: \"q.tgz\": an archive is unpacked alone here", 0},
 		{"FROM i\nRUN false", "line 2: RUN: the command \"/bin/sh -c false\" returned a non-zero code: 2", 2},
 		{"FROM i\nUSER a:b", "line 2: USER: \"a:b\": a group is not taken here", 0},
 		{"FROM i\nENV A=${B", "line 2: ENV: \"${B\": a ${ with no }", 0},
