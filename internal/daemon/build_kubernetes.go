@@ -24,6 +24,10 @@ import (
 // its value is the image being built.
 const LabelBuild = "hotcell.build"
 
+// buildSandboxGrace is how long a build's sandbox outlives the build's
+// bound (template_build_timeout) before its lifetime destroys it.
+const buildSandboxGrace = 5 * time.Minute
+
 // BuildImage builds a template's Dockerfile on Kubernetes, where no image
 // builder is at hand: a sandbox of the FROM image runs the steps
 // (stepbuild), and its root filesystem is committed to the registry with
@@ -54,6 +58,13 @@ func (k kubeImages) BuildImage(ctx context.Context, ref, dockerfile string, labe
 		Persist: new(bool),
 		Labels:  map[string]string{LabelBuild: strings.ReplaceAll(strings.ReplaceAll(ref, "/", "."), ":", "-")},
 		Limits:  k.cfg.TemplateBuildLimits,
+		// No idle timeout: the build's own calls do not go through the
+		// API, which counts activity. A lifetime past the build's bound
+		// destroys the sandbox of a build whose daemon died.
+		Timeouts: &wire.Timeouts{
+			MaxLifetimeSeconds: int64((k.cfg.TemplateBuildTimeout + buildSandboxGrace) / time.Second),
+			LifetimeAction:     wire.ActionDestroy,
+		},
 	}
 	if k.cfg.TemplateBuildNetwork == config.BuildNetworkNone {
 		req.Egress = &wire.EgressPolicy{Mode: wire.EgressNone}
