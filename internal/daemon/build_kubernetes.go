@@ -69,7 +69,7 @@ func (k kubeImages) BuildImage(ctx context.Context, ref, dockerfile string, labe
 	if k.cfg.TemplateBuildNetwork == config.BuildNetworkNone {
 		req.Egress = &wire.EgressPolicy{Mode: wire.EgressNone}
 	}
-	progress(fmt.Sprintf("Step 0/%d : FROM %s (a sandbox of it runs the build)", len(plan.Steps), from))
+	progress(stepbuild.FromStep(plan, from))
 	mgr := *k.mgr
 	sb, err := mgr.Create(ctx, req, sandbox.CreateOptions{Progress: progress})
 	if err != nil {

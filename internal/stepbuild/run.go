@@ -62,6 +62,12 @@ func From(p Plan) (string, error) {
 	return from, nil
 }
 
+// FromStep is the build log's first line, for the box of the base image
+// from (From's).
+func FromStep(p Plan, from string) string {
+	return fmt.Sprintf("Step 1/%d : FROM %s", len(p.Steps)+1, from)
+}
+
 // builder is one Run's state.
 type builder struct {
 	box      Box
@@ -94,8 +100,10 @@ func Run(ctx context.Context, p Plan, bctx Context, box Box, progress func(strin
 		env: map[string]string{}, args: map[string]string{}, labels: map[string]string{},
 		workdir: "/", shell: []string{"/bin/sh", "-c"},
 	}
+	// Numbered as Docker's builder does, FROM being step 1 (the caller's:
+	// FromStep), so the CLI's status line reads them alike.
 	for i, st := range p.Steps {
-		progress(fmt.Sprintf("Step %d/%d : %s", i+1, len(p.Steps), st.Text))
+		progress(fmt.Sprintf("Step %d/%d : %s", i+2, len(p.Steps)+1, st.Text))
 		if err := b.step(ctx, st); err != nil {
 			var se stepError
 			if errors.As(err, &se) {

@@ -312,7 +312,7 @@ LABEL from=$HOME_DIR
 	if !slices.Equal(box.mkdirs, []string{"/opt/app"}) {
 		t.Errorf("directories made: %q, want the WORKDIR", box.mkdirs)
 	}
-	if !slices.Contains(log, "Step 11/12 : RUN echo $V") || !slices.Contains(log, "out of /bin/bash") {
+	if !slices.Contains(log, "Step 12/13 : RUN echo $V") || !slices.Contains(log, "out of /bin/bash") {
 		t.Errorf("log: %q", log)
 	}
 }
@@ -368,6 +368,9 @@ func TestFrom(t *testing.T) {
 	}
 	if from, err := From(p); err != nil || from != "r.example/img:1" {
 		t.Errorf("From: %q, %v", from, err)
+	}
+	if got := FromStep(p, "r.example/img:1"); got != "Step 1/1 : FROM r.example/img:1" {
+		t.Errorf("FromStep: %q", got)
 	}
 	p, _ = Parse([]byte("ARG X\nFROM $X\n"))
 	if _, err := From(p); !errors.Is(err, errdefs.ErrInvalidArgument) {

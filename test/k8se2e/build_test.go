@@ -63,7 +63,7 @@ CMD ["sleep", "1"]
 		t.Fatalf("build: %v\nlog:\n%s\n%s", err, strings.Join(log, "\n"), d.Logs())
 	}
 	joined := strings.Join(log, "\n")
-	for _, want := range []string{"Step 1/", "step-output-seen", "not used here"} {
+	for _, want := range []string{"Step 1/12 : FROM " + image, "Step 9/12 : RUN echo", "step-output-seen", "not used here"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("the build log lacks %q:\n%s", want, joined)
 		}
