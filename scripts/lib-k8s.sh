@@ -23,6 +23,7 @@ K8S_APISERVER_PORT=${HOTCELL_K8S_APISERVER_PORT:-6443}
 # the hotcell driver pushes the images it makes (snapshots, templates saved
 # from a sandbox) and the node's containerd pulls them from.
 K8S_REGISTRY=${HOTCELL_K8S_REGISTRY:-127.0.0.1:5055}
+K8S_REGISTRY_USER=hotcell
 # containerd's sandbox_image; the pause image is built here and imported
 # under this name, so nothing is ever pulled.
 K8S_PAUSE_IMAGE=registry.k8s.io/pause:3.10.1
@@ -173,10 +174,11 @@ k8s_build_etcd() {
 # k8s_packages installs the Debian packages the cluster runs on: a
 # containerd of its own (never Docker's), runc, the CNI plugins, conntrack
 # and socat (kubectl port-forward), openssl for the certificates, the
-# registry. Their own services are kept from starting (policy-rc.d).
+# registry and htpasswd for its password. Their own services are kept from
+# starting (policy-rc.d).
 k8s_packages() {
 	local missing=() p rc_made=
-	for p in containerd runc containernetworking-plugins conntrack socat openssl nftables docker-registry; do
+	for p in containerd runc containernetworking-plugins conntrack socat openssl nftables docker-registry apache2-utils; do
 		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
@@ -363,8 +365,15 @@ $(k8s_gvisor_runtime)
 TOML
 
 	# The registry: its storage under K8S_STATE, deletes allowed (a
-	# snapshot deleted removes its image).
+	# snapshot deleted removes its image), every call with the user
+	# K8S_REGISTRY_USER and a password made here (a sandbox must neither
+	# read nor write it: hotcell's driver gets the password from a Secret,
+	# and pods pull with it as their image pull secret).
 	mkdir -p "$s/registry/data"
+	if [ ! -s "$s/registry/password" ]; then
+		(umask 077 && openssl rand -hex 16 >"$s/registry/password")
+		htpasswd -nbB "$K8S_REGISTRY_USER" "$(cat "$s/registry/password")" >"$s/registry/htpasswd"
+	fi
 	cat >"$s/registry/config.yml" <<YAML
 version: 0.1
 log:
@@ -376,6 +385,10 @@ storage:
     enabled: true
 http:
   addr: $K8S_REGISTRY
+auth:
+  htpasswd:
+    realm: hotcell-k8s
+    path: $s/registry/htpasswd
 YAML
 
 	# runsc's options (the shim passes them as flags), as under Docker
@@ -588,7 +601,7 @@ k8s_up() {
 	fi
 
 	k8s_start registry docker-registry serve "$s/registry/config.yml"
-	k8s_wait registry 30 "$s/log/registry.log" curl -fs --max-time 2 "http://$K8S_REGISTRY/v2/" || return 1
+	k8s_wait registry 30 "$s/log/registry.log" curl -fs --max-time 2 -u "$K8S_REGISTRY_USER:$(cat "$s/registry/password")" "http://$K8S_REGISTRY/v2/" || return 1
 
 	k8s_start etcd "$ETCD_BIN_DIR/etcd" --name hotcell-k8s --data-dir "$s/etcd" \
 		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
@@ -656,7 +669,7 @@ handler: runsc
 YAML
 	fi
 	k8s_write_env
-	log "the test cluster is up ($((SECONDS - start)) s): $(k8s_env | tr '\n' ' ')"
+	log "the test cluster is up ($((SECONDS - start)) s): $(k8s_env | grep -v PASSWORD | tr '\n' ' ')"
 }
 
 # k8s_write_env records how to reach the cluster in K8S_STATE/env, which
@@ -675,6 +688,8 @@ HOTCELL_K8S_KUBECTL=$K8S_BIN_DIR/kubectl
 HOTCELL_K8S_CONTAINERD=$K8S_STATE/containerd/containerd.sock
 HOTCELL_K8S_NODE=$K8S_NODE
 HOTCELL_K8S_REGISTRY=$K8S_REGISTRY
+HOTCELL_K8S_REGISTRY_USER=$K8S_REGISTRY_USER
+HOTCELL_K8S_REGISTRY_PASSWORD=$(cat "$K8S_STATE/registry/password" 2>/dev/null)
 ENV
 }
 

@@ -106,6 +106,9 @@ type Config struct {
 	// https:// the registry's host). Empty KubeRegistry: the driver makes
 	// no images (501).
 	KubeRegistry, KubeRegistryURL string
+	// KubeRegistrySecret names the kubernetes.io/dockerconfigjson Secret
+	// of the namespace with the registry's credentials.
+	KubeRegistrySecret string
 	// ExecTimeout is the default timeout of an exec that asks for none.
 	ExecTimeout time.Duration
 	// SetupTimeout bounds each setup command at create.
@@ -270,6 +273,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.KubeRegistry }},
 	{"kubernetes_registry_url", kindString, "endpoint the daemon pushes kubernetes_registry's images to: http://host:port for a registry without TLS (default: https:// kubernetes_registry's host)",
 		func(c *Config) any { return &c.KubeRegistryURL }},
+	{"kubernetes_registry_secret", kindString, "Secret of type kubernetes.io/dockerconfigjson in kubernetes_namespace with kubernetes_registry's credentials: the daemon pushes with them, and pods pull with it as their image pull secret (default: none, the registry takes calls without credentials, and must be out of sandboxes' reach)",
+		func(c *Config) any { return &c.KubeRegistrySecret }},
 	{"exec_timeout", kindDuration, "default timeout of an exec",
 		func(c *Config) any { return &c.ExecTimeout }},
 	{"setup_timeout", kindDuration, "timeout of each setup command at create",

@@ -197,7 +197,13 @@ func (c *Config) checkKubeRegistry(bad func(key string, value any, format string
 		if c.KubeRegistryURL != "" {
 			return bad("kubernetes_registry_url", c.KubeRegistryURL, "needs kubernetes_registry, the registry as the nodes pull from it")
 		}
+		if c.KubeRegistrySecret != "" {
+			return bad("kubernetes_registry_secret", c.KubeRegistrySecret, "needs kubernetes_registry, the registry it holds the credentials of")
+		}
 		return nil
+	}
+	if c.KubeRegistrySecret != "" && (len(c.KubeRegistrySecret) > 253 || !dnsSubdomain.MatchString(c.KubeRegistrySecret)) {
+		return bad("kubernetes_registry_secret", c.KubeRegistrySecret, "must be a Secret name (lower-case letters, digits, '-' and '.')")
 	}
 	if !c.Kubernetes() {
 		return bad("kubernetes_registry", c.KubeRegistry, "is for driver kubernetes: on Docker the engine keeps the images it commits")

@@ -27,6 +27,7 @@ egress_resolver = "10.244.0.1"
 network_policies = true
 registry = "registry.example.com:5000/hotcell"
 registry_url = "http://10.0.0.9:5000"
+registry_secret = "hotcell-registry"
 `)
 	c, err := Load(flags(t, "--config", file, "--agent-binary", agent), envMap(nil))
 	if err != nil {
@@ -35,7 +36,8 @@ registry_url = "http://10.0.0.9:5000"
 	if !c.Kubernetes() || c.KubeKubeconfig != kubeconfig || c.KubeNamespace != "sandboxes" || c.KubeStorageClass != "fast.ssd" ||
 		c.KubeWorkspaceHostDir != hostDir || c.KubeAgentImage != "registry.example.com/hotcell/agent:v1" || c.KubePullPolicy != "Never" ||
 		c.KubeEgressResolver != "10.244.0.1" || !c.KubeNetworkPolicies ||
-		c.KubeRegistry != "registry.example.com:5000/hotcell" || c.KubeRegistryURL != "http://10.0.0.9:5000" {
+		c.KubeRegistry != "registry.example.com:5000/hotcell" || c.KubeRegistryURL != "http://10.0.0.9:5000" ||
+		c.KubeRegistrySecret != "hotcell-registry" {
 		t.Errorf("got %+v", c)
 	}
 	// The TCP channel is the default on Kubernetes, and pods dial the
@@ -133,6 +135,8 @@ func TestKubernetesBad(t *testing.T) {
 		{"registry url alone", append(k8s, "--kubernetes-registry-url", "http://r.example:5000"), "kubernetes_registry_url", "needs kubernetes_registry"},
 		{"registry url scheme", append(k8s, "--kubernetes-registry", "r.example:5000", "--kubernetes-registry-url", "ftp://r.example"), "kubernetes_registry_url", "http(s)://host[:port]"},
 		{"registry url path", append(k8s, "--kubernetes-registry", "r.example:5000", "--kubernetes-registry-url", "https://r.example/v2"), "kubernetes_registry_url", "http(s)://host[:port]"},
+		{"registry secret alone", append(k8s, "--kubernetes-registry-secret", "s"), "kubernetes_registry_secret", "needs kubernetes_registry"},
+		{"registry secret name", append(k8s, "--kubernetes-registry", "r.example:5000", "--kubernetes-registry-secret", "Not_A_Name"), "kubernetes_registry_secret", "Secret name"},
 		{"gateway advertise on docker", []string{"--kubernetes-gateway-advertise", "10.96.0.50:80"}, "kubernetes_gateway_advertise", "driver kubernetes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

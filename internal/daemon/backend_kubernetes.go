@@ -32,6 +32,7 @@ func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 		Egress:           kubeEgressConfig(cfg, log),
 		Registry:         cfg.KubeRegistry,
 		RegistryURL:      cfg.KubeRegistryURL,
+		RegistrySecret:   cfg.KubeRegistrySecret,
 	})
 	if err != nil {
 		return nil, err
@@ -51,6 +52,10 @@ func openKubernetes(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 	}
 	log.Info("kubernetes cluster", "version", info.EngineVersion, "namespace", cfg.KubeNamespace,
 		"runtimes", info.Runtimes, "agent_image", cfg.KubeAgentImage, "pull_policy", cfg.KubePullPolicy)
+	if cfg.KubeRegistry != "" && cfg.KubeRegistrySecret == "" {
+		log.Warn("kubernetes_registry takes calls without credentials: a sandbox that reaches it could read or replace the snapshots' and templates' images. Set kubernetes_registry_secret, or keep the registry out of sandboxes' reach (kubernetes_egress_resolver: mode open reaches no private address)",
+			"registry", cfg.KubeRegistry)
+	}
 	if !slices.Contains(info.Runtimes, cfg.DefaultRuntime) {
 		log.Warn("the default runtime is not available: creates that name no runtime fail until it is",
 			"default_runtime", cfg.DefaultRuntime, "hint", info.RuntimeHints[cfg.DefaultRuntime])

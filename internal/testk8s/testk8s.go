@@ -44,8 +44,22 @@ type Env struct {
 	// Node is the name of the cluster's one node.
 	Node string
 	// Registry is the cluster's registry (host:port, plain HTTP on
-	// loopback), which its node pulls from.
-	Registry string
+	// loopback), which its node pulls from, with RegistryUser's
+	// RegistryPassword on every call.
+	Registry, RegistryUser, RegistryPassword string
+}
+
+// RegistrySecretName is the Secret RegistrySecret makes.
+const RegistrySecretName = "hotcell-registry"
+
+// RegistrySecret puts the registry's credentials in namespace ns as a
+// Secret of type kubernetes.io/dockerconfigjson, RegistrySecretName, for
+// the driver's kubernetes_registry_secret.
+func (e *Env) RegistrySecret(t testing.TB, ns string) string {
+	t.Helper()
+	e.MustKubectl(t, "-n", ns, "create", "secret", "docker-registry", RegistrySecretName,
+		"--docker-server="+e.Registry, "--docker-username="+e.RegistryUser, "--docker-password="+e.RegistryPassword)
+	return RegistrySecretName
 }
 
 var cluster struct {
@@ -75,15 +89,17 @@ func load() (*Env, error) {
 		return nil, err
 	}
 	e := &Env{
-		Kubeconfig:  vars["HOTCELL_K8S_KUBECONFIG"],
-		HostIP:      vars["HOTCELL_K8S_HOST_IP"],
-		KubectlPath: vars["HOTCELL_K8S_KUBECTL"],
-		Containerd:  vars["HOTCELL_K8S_CONTAINERD"],
-		Node:        vars["HOTCELL_K8S_NODE"],
-		Registry:    vars["HOTCELL_K8S_REGISTRY"],
+		Kubeconfig:       vars["HOTCELL_K8S_KUBECONFIG"],
+		HostIP:           vars["HOTCELL_K8S_HOST_IP"],
+		KubectlPath:      vars["HOTCELL_K8S_KUBECTL"],
+		Containerd:       vars["HOTCELL_K8S_CONTAINERD"],
+		Node:             vars["HOTCELL_K8S_NODE"],
+		Registry:         vars["HOTCELL_K8S_REGISTRY"],
+		RegistryUser:     vars["HOTCELL_K8S_REGISTRY_USER"],
+		RegistryPassword: vars["HOTCELL_K8S_REGISTRY_PASSWORD"],
 	}
-	if e.Kubeconfig == "" || e.HostIP == "" || e.KubectlPath == "" || e.Containerd == "" || e.Node == "" || e.Registry == "" {
-		return nil, fmt.Errorf("%s lacks some of HOTCELL_K8S_KUBECONFIG, _HOST_IP, _KUBECTL, _CONTAINERD, _NODE, _REGISTRY (a cluster up from before the registry: sudo scripts/k8s down && sudo scripts/k8s up)", path)
+	if e.Kubeconfig == "" || e.HostIP == "" || e.KubectlPath == "" || e.Containerd == "" || e.Node == "" || e.Registry == "" || e.RegistryPassword == "" {
+		return nil, fmt.Errorf("%s lacks some of HOTCELL_K8S_KUBECONFIG, _HOST_IP, _KUBECTL, _CONTAINERD, _NODE, _REGISTRY, _REGISTRY_PASSWORD (a cluster up from before the registry: sudo scripts/k8s down && sudo scripts/k8s up)", path)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hotcell/hotcell/client"
 	"github.com/hotcell/hotcell/internal/testenv"
-	"github.com/hotcell/hotcell/internal/testk8s"
 )
 
 // TestKubernetesTemplateBuild: on Kubernetes, with a registry, a template
@@ -23,10 +22,8 @@ import (
 // made, and the image's env. A failing RUN fails the build with its line
 // and output, and records no version.
 func TestKubernetesTemplateBuild(t *testing.T) {
-	env := testk8s.Cluster(t)
-	d := startKubeDaemonIn(t, env, env.Namespace(t),
-		"--kubernetes-registry", env.Registry, "--kubernetes-registry-url", "http://"+env.Registry,
-		"--template-build-limits", "cpus=0.25,memory=256")
+	d := startKubeDaemonWithRegistry(t, "--template-build-limits", "cpus=0.25,memory=256")
+	env := d.k8s
 	ctx, c := t.Context(), d.C
 	image := testenv.BusyboxImage(t)
 
@@ -68,7 +65,7 @@ CMD ["sleep", "1"]
 			t.Errorf("the build log lacks %q:\n%s", want, joined)
 		}
 	}
-	if !registryHas(t, env.Registry, tpl.Image) {
+	if !registryHas(t, env, tpl.Image) {
 		t.Errorf("the template's image %s is not in the registry", tpl.Image)
 	}
 	// The build's sandbox is gone.

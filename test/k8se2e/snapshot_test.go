@@ -19,9 +19,8 @@ import (
 // and the template removes their images from the registry, and not while
 // a sandbox still runs one.
 func TestKubernetesSnapshotAndSavedTemplate(t *testing.T) {
-	env := testk8s.Cluster(t)
-	d := startKubeDaemonIn(t, env, env.Namespace(t),
-		"--kubernetes-registry", env.Registry, "--kubernetes-registry-url", "http://"+env.Registry)
+	d := startKubeDaemonWithRegistry(t)
+	env := d.k8s
 	ctx, c := t.Context(), d.C
 	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Env: map[string]string{"FROM_CREATE": "kept"}})
 	if err != nil {
@@ -33,7 +32,7 @@ func TestKubernetesSnapshotAndSavedTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("snapshot: %v\n%s", err, d.Logs())
 	}
-	if !registryHas(t, env.Registry, sn.Image) {
+	if !registryHas(t, env, sn.Image) {
 		t.Fatalf("snapshot image %s is not in the registry", sn.Image)
 	}
 	// The sandbox goes on, and what it does now is not in the snapshot.
@@ -52,7 +51,7 @@ func TestKubernetesSnapshotAndSavedTemplate(t *testing.T) {
 	if err := c.DeleteSnapshot(ctx, sb.ID, sn.ID); !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict {
 		t.Errorf("delete the snapshot a sandbox runs: got %v, want 409", err)
 	}
-	if !registryHas(t, env.Registry, sn.Image) {
+	if !registryHas(t, env, sn.Image) {
 		t.Errorf("a refused delete removed the image %s", sn.Image)
 	}
 
@@ -76,13 +75,13 @@ func TestKubernetesSnapshotAndSavedTemplate(t *testing.T) {
 	if err := c.DeleteSnapshot(ctx, sb.ID, sn.ID); err != nil {
 		t.Fatalf("delete the snapshot: %v", err)
 	}
-	if registryHas(t, env.Registry, sn.Image) {
+	if registryHas(t, env, sn.Image) {
 		t.Errorf("the deleted snapshot's image %s is still in the registry", sn.Image)
 	}
 	if err := c.DeleteTemplate(ctx, tpl.Name, false); err != nil {
 		t.Fatalf("delete the template: %v", err)
 	}
-	if registryHas(t, env.Registry, tpl.Image) {
+	if registryHas(t, env, tpl.Image) {
 		t.Errorf("the deleted template's image %s is still in the registry", tpl.Image)
 	}
 	if got := execOK(t, c, sb.ID, "cat /opt/made/mark"); got != "root-fs\n" {
@@ -90,19 +89,33 @@ func TestKubernetesSnapshotAndSavedTemplate(t *testing.T) {
 	}
 }
 
-// registryHas says whether the registry at host:port (plain HTTP) has ref,
-// an image of hotcell's own repositories (repo:tag, kept under its name).
-func registryHas(t *testing.T, registry, ref string) bool {
+// startKubeDaemonWithRegistry starts a daemon whose driver keeps the
+// images it makes in the test cluster's registry, with its credentials
+// in a Secret of the daemon's namespace.
+func startKubeDaemonWithRegistry(t *testing.T, extra ...string) *kubeDaemon {
+	t.Helper()
+	env := testk8s.Cluster(t)
+	ns := env.Namespace(t)
+	return startKubeDaemonIn(t, env, ns, append([]string{
+		"--kubernetes-registry", env.Registry, "--kubernetes-registry-url", "http://" + env.Registry,
+		"--kubernetes-registry-secret", env.RegistrySecret(t, ns),
+	}, extra...)...)
+}
+
+// registryHas says whether the cluster's registry has ref, an image of
+// hotcell's own repositories (repo:tag, kept under its name).
+func registryHas(t *testing.T, env *testk8s.Env, ref string) bool {
 	t.Helper()
 	repo, tag, ok := strings.Cut(ref, ":")
 	if !ok {
 		t.Fatalf("image %q has no tag", ref)
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, fmt.Sprintf("http://%s/v2/%s/manifests/%s", registry, repo, tag), nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, fmt.Sprintf("http://%s/v2/%s/manifests/%s", env.Registry, repo, tag), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	req.SetBasicAuth(env.RegistryUser, env.RegistryPassword)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

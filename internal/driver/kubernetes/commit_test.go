@@ -54,13 +54,31 @@ func TestCommitBounded(t *testing.T) {
 		t.Errorf("the box after the refused commit: %+v, %v", out, err)
 	}
 
-	// The same box, a registry that does not answer.
-	down, err := kubernetes.New(kubernetes.Config{Kubeconfig: env.Kubeconfig, Namespace: d.Namespace(), Registry: env.Registry, RegistryURL: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
+	// The same box: a registry that does not answer, one that wants
+	// credentials the driver was not given, and wrong ones.
+	other := func(t *testing.T, c kubernetes.Config) *kubernetes.Driver {
+		c.Kubeconfig, c.Namespace, c.Registry = env.Kubeconfig, d.Namespace(), env.Registry
+		o, err := kubernetes.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.UseAgents(func(context.Context, string) (*agentconn.Conn, error) { return conn, nil })
+		return o
 	}
-	down.UseAgents(func(context.Context, string) (*agentconn.Conn, error) { return conn, nil })
+	down := other(t, kubernetes.Config{RegistryURL: "http://127.0.0.1:1"})
 	if err := down.Commit(ctx, spec.ID, ref, nil); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "kubernetes_registry_url") {
 		t.Errorf("commit to a registry that does not answer: got %v, want unavailable, naming kubernetes_registry_url", err)
+	}
+	anon := other(t, kubernetes.Config{RegistryURL: "http://" + env.Registry})
+	if err := anon.Commit(ctx, spec.ID, ref, nil); err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "kubernetes_registry_secret") {
+		t.Errorf("commit without the registry's credentials: got %v, want its 401, naming kubernetes_registry_secret", err)
+	}
+	env.MustKubectl(t, "-n", d.Namespace(), "create", "secret", "docker-registry", "wrong", "--docker-server="+env.Registry, "--docker-username="+env.RegistryUser, "--docker-password=not-the-password")
+	wrong := other(t, kubernetes.Config{RegistryURL: "http://" + env.Registry, RegistrySecret: "wrong"})
+	if err := wrong.Commit(ctx, spec.ID, ref, nil); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("commit with a wrong password: got %v, want the registry's 401", err)
+	}
+	if err := d.EnsureImage(ctx, ref, nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("after the refused commits: got %v, want no image in the registry", err)
 	}
 }

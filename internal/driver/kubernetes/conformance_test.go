@@ -55,16 +55,18 @@ func clusterDriverOn(t *testing.T, nodeRunDirs bool, tweak ...func(*kubernetes.C
 	env.ImportImage(t, images.AgentRef)
 	image := testenv.BusyboxImage(t)
 	env.ImportImage(t, image)
+	ns := env.Namespace(t)
 	cfg := kubernetes.Config{
 		Kubeconfig: env.Kubeconfig,
-		Namespace:  env.Namespace(t),
+		Namespace:  ns,
 		// The test cluster has no provisioner and one node, this host.
 		WorkspaceHostDir: t.TempDir(),
 		PullPolicy:       corev1.PullNever,
 		NodeRunDirs:      nodeRunDirs,
 		// The images the driver makes go to the cluster's registry.
-		Registry:    env.Registry,
-		RegistryURL: "http://" + env.Registry,
+		Registry:       env.Registry,
+		RegistryURL:    "http://" + env.Registry,
+		RegistrySecret: env.RegistrySecret(t, ns),
 	}
 	for _, f := range tweak {
 		f(&cfg)

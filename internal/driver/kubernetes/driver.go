@@ -99,6 +99,11 @@ type Config struct {
 	// to (http(s)://host[:port]; empty: https:// Registry's host). With
 	// no Registry the driver makes no images (snapshot.go).
 	Registry, RegistryURL string
+	// RegistrySecret names a Secret of type kubernetes.io/dockerconfigjson
+	// in Namespace with Registry's credentials: the driver pushes with
+	// them, and pods pull with it as their image pull secret. Empty: the
+	// registry takes calls without credentials.
+	RegistrySecret string
 	// MaxImageBytes bounds the tar of a root filesystem the driver
 	// pushes (DefaultMaxImageBytes when 0).
 	MaxImageBytes int64
@@ -190,6 +195,9 @@ func NewWithClient(c k8s.Interface, cfg Config) *Driver {
 	d := &Driver{c: c, cfg: cfg.withDefaults()}
 	if cfg.Registry != "" {
 		d.reg, d.regErr = newRegistry(cfg.Registry, cfg.RegistryURL)
+		if d.reg != nil && cfg.RegistrySecret != "" {
+			d.reg.creds = d.registryCreds
+		}
 	}
 	return d
 }

@@ -189,6 +189,10 @@ func (d *Driver) podFor(spec driver.Spec, runtimeClass string) (*corev1.Pod, err
 	if runtimeClass != "" {
 		pod.Spec.RuntimeClassName = &runtimeClass
 	}
+	if d.cfg.RegistrySecret != "" {
+		// The kubelet's, for the images hotcell made; the box never sees it.
+		pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: d.cfg.RegistrySecret}}
+	}
 	if spec.HostGateway.IsValid() {
 		pod.Spec.HostAliases = []corev1.HostAlias{{IP: spec.HostGateway.String(), Hostnames: []string{HostGateway}}}
 	}

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/distribution/reference"
@@ -33,6 +34,13 @@ type registry struct {
 	base   *url.URL
 	prefix string // name's path, "" or "a/b/"
 	client *http.Client
+	// creds are the user and password the registry takes (nil: none,
+	// or "" and "" from it).
+	creds func(ctx context.Context) (user, password string, err error)
+	// authz is the Authorization that a repository's last call took, by
+	// the repository's path.
+	authMu sync.Mutex
+	authz  map[string]string
 }
 
 // Media types of what the driver pushes.
@@ -64,7 +72,7 @@ func newRegistry(name, pushURL string) (*registry, error) {
 	if prefix != "" {
 		prefix += "/"
 	}
-	return &registry{name: name, base: u, prefix: prefix, client: &http.Client{}}, nil
+	return &registry{name: name, base: u, prefix: prefix, client: &http.Client{}, authz: map[string]string{}}, nil
 }
 
 // ref is the reference the nodes pull repo:tag by.
@@ -251,7 +259,7 @@ func (r *registry) cancelUpload(ctx context.Context, loc string) {
 	if err != nil {
 		return
 	}
-	if resp, err := r.client.Do(req); err == nil {
+	if resp, err := r.do(req); err == nil {
 		resp.Body.Close()
 	}
 }
@@ -263,7 +271,7 @@ var errUploadEnded = errors.New("the upload ended")
 // location sends req, expecting 202 Accepted and a Location, which it
 // returns absolute.
 func (r *registry) location(req *http.Request, what string) (string, error) {
-	resp, err := r.client.Do(req)
+	resp, err := r.do(req)
 	if err != nil {
 		return "", r.unreachable(what, err)
 	}
@@ -280,7 +288,7 @@ func (r *registry) location(req *http.Request, what string) (string, error) {
 
 // expect sends req and wants status.
 func (r *registry) expect(req *http.Request, what string, status int) error {
-	resp, err := r.client.Do(req)
+	resp, err := r.do(req)
 	if err != nil {
 		return r.unreachable(what, err)
 	}
@@ -318,7 +326,7 @@ func (r *registry) answer(what string, resp *http.Response) error {
 	case http.StatusNotFound:
 		kind = errdefs.ErrNotFound
 	case http.StatusUnauthorized, http.StatusForbidden:
-		msg += " (the driver pushes without credentials: give it a registry that takes them, e.g. one reached only inside the cluster)"
+		msg += " (the registry wants credentials: name a kubernetes.io/dockerconfigjson Secret holding them in kubernetes_registry_secret)"
 	case http.StatusMethodNotAllowed:
 		msg += " (a registry refuses deletes unless its storage allows them: storage.delete.enabled)"
 	}
@@ -333,7 +341,7 @@ func (r *registry) manifestDigest(ctx context.Context, repo, tag string) (string
 		return "", err
 	}
 	req.Header.Set("Accept", mediaManifest)
-	resp, err := r.client.Do(req)
+	resp, err := r.do(req)
 	what := "look up " + r.ref(repo, tag)
 	if err != nil {
 		return "", r.unreachable(what, err)
@@ -371,4 +379,144 @@ func (r *registry) deleteImage(ctx context.Context, repo, tag string) error {
 		return nil
 	}
 	return err
+}
+
+// do sends req with the Authorization its repository took last; a 401
+// is answered once with the registry's credentials as its challenge asks
+// (Basic, or a Bearer token from the challenge's realm).
+func (r *registry) do(req *http.Request) (*http.Response, error) {
+	key := repoOf(req.URL.Path)
+	r.authMu.Lock()
+	authz := r.authz[key]
+	r.authMu.Unlock()
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized || r.creds == nil {
+		return resp, err
+	}
+	if req.Body != nil && req.GetBody == nil {
+		return resp, nil // a stream cannot be sent again
+	}
+	challenge := resp.Header.Get("WWW-Authenticate")
+	authz, aerr := r.authorize(req.Context(), challenge)
+	if aerr != nil || authz == "" {
+		resp.Body.Close()
+		if aerr == nil {
+			aerr = fmt.Errorf("the registry asks for %q, which the driver cannot answer", challenge)
+		}
+		return nil, fmt.Errorf("authenticate to %s: %w: %w", r.name, aerr, errdefs.ErrUnavailable)
+	}
+	resp.Body.Close()
+	retry := req.Clone(req.Context())
+	if req.GetBody != nil {
+		if retry.Body, err = req.GetBody(); err != nil {
+			return nil, err
+		}
+	}
+	retry.Header.Set("Authorization", authz)
+	r.authMu.Lock()
+	r.authz[key] = authz
+	r.authMu.Unlock()
+	return r.client.Do(retry)
+}
+
+// repoOf is the repository a registry URL path is of.
+func repoOf(p string) string {
+	p = strings.TrimPrefix(p, "/v2/")
+	for _, sep := range []string{"/blobs/", "/manifests/"} {
+		if i := strings.Index(p, sep); i >= 0 {
+			return p[:i]
+		}
+	}
+	return p
+}
+
+// authorize answers a WWW-Authenticate challenge with the credentials.
+func (r *registry) authorize(ctx context.Context, challenge string) (string, error) {
+	scheme, params := parseChallenge(challenge)
+	user, password, err := r.creds(ctx)
+	if err != nil {
+		return "", err
+	}
+	switch strings.ToLower(scheme) {
+	case "basic":
+		if user == "" && password == "" {
+			return "", errors.New("the registry wants a user and a password, and kubernetes_registry_secret gives none")
+		}
+		req := &http.Request{Header: http.Header{}}
+		req.SetBasicAuth(user, password)
+		return req.Header.Get("Authorization"), nil
+	case "bearer":
+		realm, err := url.Parse(params["realm"])
+		if err != nil || (realm.Scheme != "https" && realm.Scheme != "http") {
+			return "", fmt.Errorf("the registry's token realm %q is not a URL", params["realm"])
+		}
+		q := realm.Query()
+		for _, k := range []string{"service", "scope"} {
+			if v := params[k]; v != "" {
+				q.Set(k, v)
+			}
+		}
+		realm.RawQuery = q.Encode()
+		treq, err := http.NewRequestWithContext(ctx, http.MethodGet, realm.String(), nil)
+		if err != nil {
+			return "", err
+		}
+		if user != "" || password != "" {
+			treq.SetBasicAuth(user, password)
+		}
+		resp, err := r.client.Do(treq)
+		if err != nil {
+			return "", fmt.Errorf("get a token from %s: %w", realm.Host, err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("get a token from %s: %s", realm.Host, resp.Status)
+		}
+		var tok struct {
+			Token       string `json:"token"`
+			AccessToken string `json:"access_token"`
+		}
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&tok); err != nil {
+			return "", fmt.Errorf("read the token from %s: %w", realm.Host, err)
+		}
+		if tok.Token == "" {
+			tok.Token = tok.AccessToken
+		}
+		if tok.Token == "" {
+			return "", fmt.Errorf("%s answered no token", realm.Host)
+		}
+		return "Bearer " + tok.Token, nil
+	}
+	return "", nil
+}
+
+// parseChallenge reads `Scheme k="v", k2="v2"`.
+func parseChallenge(h string) (string, map[string]string) {
+	scheme, rest, _ := strings.Cut(strings.TrimSpace(h), " ")
+	params := map[string]string{}
+	for rest = strings.TrimSpace(rest); rest != ""; {
+		k, after, ok := strings.Cut(rest, "=")
+		if !ok {
+			break
+		}
+		k = strings.ToLower(strings.TrimSpace(k))
+		var v string
+		if strings.HasPrefix(after, `"`) {
+			end := strings.Index(after[1:], `"`)
+			if end < 0 {
+				break
+			}
+			v, after = after[1:1+end], after[2+end:]
+		} else {
+			v, after, _ = strings.Cut(after, ",")
+			after = "," + after
+		}
+		params[k] = v
+		after = strings.TrimSpace(after)
+		rest = strings.TrimSpace(strings.TrimPrefix(after, ","))
+	}
+	return scheme, params
 }

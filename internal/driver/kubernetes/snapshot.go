@@ -2,10 +2,12 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"runtime"
 	"slices"
 	"strings"
@@ -245,6 +247,41 @@ func (d *Driver) RemoveImage(ctx context.Context, ref string) error {
 		return fmt.Errorf("remove image %s: %w", ref, err)
 	}
 	return nil
+}
+
+// registryCreds reads the registry's user and password from the Secret
+// RegistrySecret: its .dockerconfigjson's entry for the registry's host.
+func (d *Driver) registryCreds(ctx context.Context) (string, string, error) {
+	name := d.cfg.RegistrySecret
+	s, err := d.c.CoreV1().Secrets(d.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", "", classify("get the registry's Secret "+name+" (kubernetes_registry_secret)", err)
+	}
+	var doc struct {
+		Auths map[string]struct {
+			Username string `json:"username"`
+			Password string `json:"password"`
+			Auth     string `json:"auth"`
+		} `json:"auths"`
+	}
+	if err := json.Unmarshal(s.Data[corev1.DockerConfigJsonKey], &doc); err != nil {
+		return "", "", fmt.Errorf("the registry's Secret %s has no %s of the docker config's form: %w", name, corev1.DockerConfigJsonKey, errdefs.ErrInvalidArgument)
+	}
+	host, _, _ := strings.Cut(d.reg.name, "/")
+	for k, a := range doc.Auths {
+		if u, err := url.Parse("//" + strings.TrimPrefix(strings.TrimPrefix(k, "https://"), "http://")); err != nil || u.Host != host {
+			continue
+		}
+		if a.Username == "" && a.Auth != "" {
+			b, err := base64.StdEncoding.DecodeString(a.Auth)
+			if err != nil {
+				return "", "", fmt.Errorf("the registry's Secret %s: the auth of %s is not base64: %w", name, k, errdefs.ErrInvalidArgument)
+			}
+			a.Username, a.Password, _ = strings.Cut(string(b), ":")
+		}
+		return a.Username, a.Password, nil
+	}
+	return "", "", fmt.Errorf("the registry's Secret %s has no credentials for %s: %w", name, host, errdefs.ErrInvalidArgument)
 }
 
 // registryImage says whether a made image is in the registry (EnsureImage).
