@@ -109,3 +109,42 @@ func TestMadeReposAreTheDaemons(t *testing.T) {
 		}
 	}
 }
+
+func TestParseChallenge(t *testing.T) {
+	t.Parallel()
+	scheme, p := parseChallenge(`Bearer realm="https://auth.example.com/token",service="registry.example.com",scope="repository:hotcell/snapshot:pull,push"`)
+	if scheme != "Bearer" || p["realm"] != "https://auth.example.com/token" || p["service"] != "registry.example.com" || p["scope"] != "repository:hotcell/snapshot:pull,push" {
+		t.Errorf("bearer: %q %q", scheme, p)
+	}
+	scheme, p = parseChallenge(`Basic realm="hotcell-k8s"`)
+	if scheme != "Basic" || p["realm"] != "hotcell-k8s" {
+		t.Errorf("basic: %q %q", scheme, p)
+	}
+	scheme, p = parseChallenge(`Bearer realm=unquoted, error="invalid_token"`)
+	if scheme != "Bearer" || p["realm"] != "unquoted" || p["error"] != "invalid_token" {
+		t.Errorf("unquoted: %q %q", scheme, p)
+	}
+	if _, p = parseChallenge(`Bearer realm="open`); len(p) != 0 {
+		t.Errorf("an open quote: %q", p)
+	}
+}
+
+func TestRepoOf(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"/v2/hotcell/snapshot/blobs/uploads/":      "hotcell/snapshot",
+		"/v2/teams/a/hotcell-tpl/x/manifests/1-b":  "teams/a/hotcell-tpl/x",
+		"/v2/hotcell/snapshot/blobs/uploads/u-1-2": "hotcell/snapshot",
+	} {
+		if got := repoOf(in); got != want {
+			t.Errorf("repoOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func FuzzParseChallenge(f *testing.F) {
+	f.Add(`Bearer realm="https://a/token",service="s",scope="repository:x:pull"`)
+	f.Fuzz(func(t *testing.T, h string) {
+		parseChallenge(h) // a registry's header: any bytes end without a panic
+	})
+}
