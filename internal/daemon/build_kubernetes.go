@@ -21,7 +21,8 @@ import (
 )
 
 // LabelBuild marks the sandbox a template build on Kubernetes runs in;
-// its value is the image being built.
+// its value is the image being built, its / and : made . and - (a label
+// value's characters).
 const LabelBuild = "hotcell.build"
 
 // buildSandboxGrace is how long a build's sandbox outlives the build's
@@ -89,7 +90,7 @@ func (k kubeImages) BuildImage(ctx context.Context, ref, dockerfile string, labe
 	if err != nil {
 		return err
 	}
-	res, err := stepbuild.Run(ctx, plan, bctx, stepbuild.AgentBox(conn), func(s string) { progress(s) })
+	res, err := stepbuild.Run(ctx, plan, bctx, stepbuild.AgentBox(conn), progress)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -119,14 +120,14 @@ type manifest struct {
 // stream layer (compressed here, at most max bytes of tar) and whose
 // config is cfg with the layer's diff id filled in.
 func (r *registry) pushImage(ctx context.Context, repo, tag string, layer io.Reader, max int64, cfg imageConfig) error {
-	tarSum := sha256.New()
-	lr := &limitedReader{r: io.TeeReader(layer, tarSum), left: max}
+	tarSum, end := sha256.New(), &tail{}
+	lr := &limitedReader{r: io.TeeReader(layer, io.MultiWriter(tarSum, end)), left: max}
 	blob, err := r.uploadStream(ctx, repo, func(w io.Writer) error {
 		zw, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
 		if err != nil {
 			return err
 		}
-		if _, err := io.Copy(zw, lr); err != nil {
+		if err := copyTar(zw, lr, end); err != nil {
 			return err
 		}
 		return zw.Close()
@@ -156,6 +157,63 @@ func (r *registry) pushImage(ctx context.Context, repo, tag string, layer io.Rea
 	}
 	req.Header.Set("Content-Type", mediaManifest)
 	return r.expect(req, "push the manifest of "+r.ref(repo, tag), http.StatusCreated)
+}
+
+// copyTar copies a tar stream, reading it as a tar on the way: a stream
+// cut short (the box's agent may end it anywhere) must not become an
+// image. end sees every byte of src.
+func copyTar(dst io.Writer, src io.Reader, end *tail) error {
+	tr := tar.NewReader(io.TeeReader(src, dst))
+	for {
+		_, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil {
+			_, err = io.Copy(io.Discard, tr)
+		}
+		if err != nil {
+			return fmt.Errorf("read the root filesystem's tar: %w", err)
+		}
+	}
+	if _, err := io.Copy(dst, src); err != nil { // what follows its end
+		return err
+	}
+	if !end.tarEnd() {
+		return fmt.Errorf("the root filesystem's tar ended before its end-of-archive blocks: %w", errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// tail keeps the last 1 KiB written to it.
+type tail struct {
+	buf [1024]byte
+	n   int64
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	if len(p) >= len(t.buf) {
+		copy(t.buf[:], p[len(p)-len(t.buf):])
+	} else {
+		copy(t.buf[:], t.buf[len(p):])
+		copy(t.buf[len(t.buf)-len(p):], p)
+	}
+	t.n += int64(len(p))
+	return len(p), nil
+}
+
+// tarEnd says whether what was written ends as a whole tar does: two
+// zero blocks, at a block's end.
+func (t *tail) tarEnd() bool {
+	if t.n < int64(len(t.buf)) || t.n%512 != 0 {
+		return false
+	}
+	for _, b := range t.buf {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // limitedReader fails, rather than ends, past its bound: an image cut

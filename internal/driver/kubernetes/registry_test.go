@@ -1,7 +1,10 @@
 package kubernetes
 
 import (
+	"archive/tar"
+	"bytes"
 	"errors"
+	"io"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -147,4 +150,42 @@ func FuzzParseChallenge(f *testing.F) {
 	f.Fuzz(func(t *testing.T, h string) {
 		parseChallenge(h) // a registry's header: any bytes end without a panic
 	})
+}
+
+// TestTarEnd: a whole tar ends in two zero blocks at a block's end,
+// whatever the writes' sizes; one cut short does not; copyTar takes the
+// whole one and refuses one cut anywhere.
+func TestTarEnd(t *testing.T) {
+	t.Parallel()
+	var whole bytes.Buffer
+	tw := tar.NewWriter(&whole)
+	tw.WriteHeader(&tar.Header{Name: "f", Mode: 0o644, Size: 3000, Typeflag: tar.TypeReg})
+	tw.Write(bytes.Repeat([]byte{'x'}, 3000))
+	tw.Close()
+	for _, size := range []int{1, 7, 512, 1000, 4096} {
+		for _, cut := range []int{0, 1, 1024} {
+			var tl tail
+			b := whole.Bytes()[:whole.Len()-cut]
+			for len(b) > 0 {
+				n := min(size, len(b))
+				tl.Write(b[:n])
+				b = b[n:]
+			}
+			if got, want := tl.tarEnd(), cut == 0; got != want {
+				t.Errorf("writes of %d, %d bytes cut: tarEnd %v, want %v", size, cut, got, want)
+			}
+		}
+	}
+	for _, cut := range []int{0, 1, 512, 1024, 1536, whole.Len() - 512} {
+		var out bytes.Buffer
+		end := &tail{}
+		src := bytes.NewReader(whole.Bytes()[:whole.Len()-cut])
+		err := copyTar(&out, io.TeeReader(src, end), end)
+		if (err == nil) != (cut == 0) {
+			t.Errorf("copyTar of a tar %d bytes short: %v", cut, err)
+		}
+		if cut == 0 && !bytes.Equal(out.Bytes(), whole.Bytes()) {
+			t.Errorf("copyTar changed the tar: %d bytes, want %d", out.Len(), whole.Len())
+		}
+	}
 }
