@@ -3,8 +3,12 @@ package kubernetes
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -187,5 +191,58 @@ func TestTarEnd(t *testing.T) {
 		if cut == 0 && !bytes.Equal(out.Bytes(), whole.Bytes()) {
 			t.Errorf("copyTar changed the tar: %d bytes, want %d", out.Len(), whole.Len())
 		}
+	}
+}
+
+// TestRegistryBearer: a registry with token auth (as cloud registries
+// have) answers 401 with a Bearer challenge; the driver gets a token from
+// the challenge's realm with its credentials, for the challenge's scope,
+// and sends the call again with it; the next call of the repository takes
+// the token at once. A realm that refuses the credentials fails the call.
+func TestRegistryBearer(t *testing.T) {
+	t.Parallel()
+	var tokens, calls int
+	auth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok || u != "robot" || p != "secret" || r.URL.Query().Get("scope") != "repository:hotcell/snapshot:pull,push" || r.URL.Query().Get("service") != "reg" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		tokens++
+		w.Write([]byte(`{"token":"tok-1"}`))
+	}))
+	defer auth.Close()
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if r.Header.Get("Authorization") != "Bearer tok-1" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+auth.URL+`/token",service="reg",scope="repository:hotcell/snapshot:pull,push"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Docker-Content-Digest", "sha256:"+sha64)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer reg.Close()
+	host := strings.TrimPrefix(reg.URL, "http://")
+	r, err := newRegistry(host, reg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, pass := "robot", "secret"
+	r.creds = func(context.Context) (string, string, error) { return user, pass, nil }
+	for i := range 2 {
+		d, err := r.manifestDigest(t.Context(), "hotcell/snapshot", "x")
+		if err != nil || d != "sha256:"+sha64 {
+			t.Fatalf("call %d: %q, %v", i, d, err)
+		}
+	}
+	if tokens != 1 || calls != 3 {
+		t.Errorf("tokens %d, registry calls %d; want 1 token, and one 401 before two calls with it", tokens, calls)
+	}
+	r2, _ := newRegistry(host, reg.URL)
+	user, pass = "robot", "wrong"
+	r2.creds = r.creds
+	if _, err := r2.manifestDigest(t.Context(), "hotcell/snapshot", "x"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("a realm refusing the credentials: got %v, want its 401", err)
 	}
 }
