@@ -295,9 +295,21 @@ func (b *builder) copy(ctx context.Context, st Step) error {
 	}
 	pr, pw := io.Pipe()
 	tops := map[string]bool{}
-	go func() { pw.CloseWithError(b.writeItems(pw, items, destDir, path.Base(dest), tops)) }()
+	var werr error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		werr = b.writeItems(pw, items, destDir, path.Base(dest), tops)
+		pw.CloseWithError(werr)
+	}()
 	err = b.box.Extract(ctx, into, pr)
-	pr.CloseWithError(errors.New("the copy ended"))
+	pr.CloseWithError(errCopyEnded)
+	<-written
+	// What the context's side failed with says more than the box's view
+	// of a stream cut short.
+	if werr != nil && !errors.Is(werr, errCopyEnded) {
+		return werr
+	}
 	if err != nil {
 		return err
 	}
@@ -317,6 +329,9 @@ func (b *builder) copy(ctx context.Context, st Step) error {
 	}
 	return nil
 }
+
+// errCopyEnded is what a copy's writer meets once the box stopped reading.
+var errCopyEnded = errors.New("the copy ended")
 
 // item is an entry of the build context.
 type item struct {
@@ -413,7 +428,7 @@ func (b *builder) addArchive(ctx context.Context, st Step, name, dest string) er
 		pw.CloseWithError(err)
 	}()
 	err := b.box.Extract(ctx, dest, pr)
-	pr.CloseWithError(errors.New("the copy ended"))
+	pr.CloseWithError(errCopyEnded)
 	return err
 }
 

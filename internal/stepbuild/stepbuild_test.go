@@ -241,6 +241,9 @@ func tarContext(t *testing.T, files map[string]string) bytesContext {
 		if target, ok := strings.CutPrefix(body, "-> "); ok {
 			h = &tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target}
 		}
+		if target, ok := strings.CutPrefix(body, "=> "); ok {
+			h = &tar.Header{Name: name, Typeflag: tar.TypeLink, Linkname: target}
+		}
 		if err := tw.WriteHeader(h); err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +338,7 @@ func TestRunCopySingleFile(t *testing.T) {
 
 func TestRunFails(t *testing.T) {
 	t.Parallel()
-	bctx := tarContext(t, map[string]string{"a.txt": "a", "b.txt": "b", "x.key": "k", ".dockerignore": "*.key", "p.tar.xz": "xz", "q.tgz": "gz"})
+	bctx := tarContext(t, map[string]string{"a.txt": "a", "b.txt": "b", "x.key": "k", ".dockerignore": "*.key", "p.tar.xz": "xz", "q.tgz": "gz", "hard": "=> a.txt"})
 	for _, tc := range []struct {
 		dockerfile, says string
 		exit             int
@@ -345,6 +348,7 @@ func TestRunFails(t *testing.T) {
 		{"FROM i\nCOPY *.txt /dir", "line 2: COPY: when copying more than one source the destination must be a directory and end with a /", 0},
 		{"FROM i\nADD p.tar.xz /x/", "line 2: ADD: \"p.tar.xz\": only .tar, .tar.gz and .tgz archives are unpacked here", 0},
 		{"FROM i\nADD q.tgz a.txt /x/", "line 2: ADD: \"q.tgz\": an archive is unpacked alone here", 0},
+		{"FROM i\nCOPY hard /x", "\"hard\" is a hard link: the build context's hard links are not taken here", 0},
 		{"FROM i\nRUN false", "line 2: RUN: the command \"/bin/sh -c false\" returned a non-zero code: 2", 2},
 		{"FROM i\nUSER a:b", "line 2: USER: \"a:b\": a group is not taken here", 0},
 		{"FROM i\nENV A=${B", "line 2: ENV: \"${B\": a ${ with no }", 0},
