@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"net/http"
 	"testing"
 
@@ -32,4 +33,17 @@ func TestSetEnv(t *testing.T) {
 		t.Fatalf("a second set replaces the first: got %q, want %q", got, want)
 	}
 	a.callErr(http.MethodPut, "/v1/env", nil, wire.SetEnvRequest{Env: map[string]string{"A=B": "x"}}, http.StatusBadRequest, "env")
+}
+
+// TestBoxEnv: GET /v1/env answers the box's own env, never the set laid
+// over it (a claimer's tokens must not go into a snapshot's image).
+func TestBoxEnv(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t, func(o *Options) { o.BaseEnv = []string{"PATH=/usr/bin:/bin", "TPL=base", "EQ=a=b", "=bad"} })
+	a.call(http.MethodPut, "/v1/env", nil, wire.SetEnvRequest{Env: map[string]string{"TPL": "claimed", "TOKEN": "secret"}}, http.StatusNoContent, nil)
+	var got wire.SetEnvRequest
+	a.call(http.MethodGet, "/v1/env", nil, nil, http.StatusOK, &got)
+	if want := map[string]string{"PATH": "/usr/bin:/bin", "TPL": "base", "EQ": "a=b"}; !maps.Equal(got.Env, want) {
+		t.Errorf("the box's env: got %q, want %q", got.Env, want)
+	}
 }

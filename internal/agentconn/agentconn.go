@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -590,6 +591,23 @@ func (c *Conn) do(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("agent request %s: %w", req.URL.Path, errors.Join(errdefs.ErrUnavailable, err))
 	}
 	return resp, nil
+}
+
+// PutArchive unpacks the tar (or tar.gz) stream archive into the box's
+// directory dir, made if missing (the agent's PUT /v1/archive). A failed
+// answer closes archive's side with the error, so its writer stops.
+func (c *Conn) PutArchive(ctx context.Context, dir string, archive io.Reader) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/archive?"+url.Values{"path": {dir}}.Encode(), archive)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := c.Send(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
 }
 
 // DoJSON sends a request with an optional JSON body and decodes a JSON answer

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,21 +218,7 @@ func (g gitRunner) output(ctx context.Context, dir string, args ...string) (stri
 func putTree(ctx context.Context, conn *agentconn.Conn, dir, dst string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(treetar.Write(pw, dir, nil)) }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/archive?path="+url.QueryEscape(dst), pr)
-	if err != nil {
-		pr.Close()
-		return err
-	}
-	req.Header.Set("Content-Type", "application/x-tar")
-	resp, err := conn.Do(req)
-	if err != nil {
-		pr.CloseWithError(err)
-		return err
-	}
-	defer resp.Body.Close()
-	pr.Close()
-	if resp.StatusCode/100 != 2 {
-		return errdefs.Read(resp)
-	}
-	return nil
+	err := conn.PutArchive(ctx, dst, pr)
+	pr.CloseWithError(err) // the writer stops, whatever the answer
+	return err
 }

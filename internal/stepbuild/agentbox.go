@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -83,14 +82,5 @@ func (a agentBox) Mkdir(ctx context.Context, dir string) error {
 
 // Extract unpacks a tar into dir (the agent's PUT /v1/archive).
 func (a agentBox) Extract(ctx context.Context, dir string, tar io.Reader) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/archive?path="+url.QueryEscape(dir), tar)
-	if err != nil {
-		return err
-	}
-	resp, err := a.conn.Send(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return a.conn.PutArchive(ctx, dir, tar)
 }

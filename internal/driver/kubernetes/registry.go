@@ -96,10 +96,13 @@ type imageConfig struct {
 		Type    string   `json:"type"`
 		DiffIDs []string `json:"diff_ids"`
 	} `json:"rootfs"`
-	History []struct {
-		Created   time.Time `json:"created"`
-		CreatedBy string    `json:"created_by"`
-	} `json:"history"`
+	History []history `json:"history"`
+}
+
+// history is an entry of an image config's history: what made a layer.
+type history struct {
+	Created   time.Time `json:"created"`
+	CreatedBy string    `json:"created_by"`
 }
 
 type descriptor struct {

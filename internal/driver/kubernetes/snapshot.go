@@ -158,10 +158,7 @@ func (d *Driver) CommitWithEnv(ctx context.Context, id, ref string, labels, env 
 	for k, v := range labels {
 		cfg.Config.Labels[k] = v
 	}
-	cfg.History = append(cfg.History, struct {
-		Created   time.Time `json:"created"`
-		CreatedBy string    `json:"created_by"`
-	}{cfg.Created, "hotcell: the root filesystem of sandbox " + id})
+	cfg.History = []history{{cfg.Created, "hotcell: the root filesystem of sandbox " + id}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/rootfs", nil)
 	if err != nil {
 		return err
