@@ -65,8 +65,8 @@ error, and records nothing.
 the template; a create's own values win. --workspace DIR makes directory DIR
 of the built image the workspace seed: every sandbox made from the template
 starts with its contents in /workspace.
-On Kubernetes the daemon builds the Dockerfile itself, in a sandbox of its
-FROM image, one stage (docs/kubernetes.md, Template builds); it needs the
+On Kubernetes the daemon builds the Dockerfile itself, each stage in a
+sandbox of its base (docs/kubernetes.md, Template builds); it needs the
 daemon's kubernetes_registry.
 --image REF registers the existing image REF as the next version instead,
 with no build (the daemon pulls it on Docker; on Kubernetes the kubelet

@@ -39,22 +39,33 @@ func (h *handler) extractArchive(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, res)
 }
 
-// createArchive streams a tar of a directory's contents, names relative to it.
+// createArchive streams a tar of a directory's contents, names relative to
+// it, or of a regular file, one entry named as the file. A symlink at the
+// path is followed. The header wire.HeaderArchiveOf says which it was.
 func (h *handler) createArchive(w http.ResponseWriter, r *http.Request) error {
-	dir, err := h.queryPath(r.URL.Query(), "path")
+	p, err := h.queryPath(r.URL.Query(), "path")
 	if err != nil {
 		return err
 	}
-	fi, err := os.Stat(dir)
+	root, err := filepath.EvalSymlinks(p)
 	if err != nil {
-		return fsErr("archive", dir, err)
+		return fsErr("archive", p, err)
 	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		return fsErr("archive", p, err)
+	}
+	of := wire.ArchiveOfDirectory
 	if !fi.IsDir() {
-		return errdefs.Invalid("path", "%s is not a directory", dir)
+		if !fi.Mode().IsRegular() {
+			return errdefs.Invalid("path", "%s is neither a directory nor a regular file", p)
+		}
+		of = wire.ArchiveOfFile
 	}
 	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set(wire.HeaderArchiveOf, of)
 	w.WriteHeader(http.StatusOK)
-	return writeTar(w, dir, nil)
+	return writeTar(w, root, nil)
 }
 
 // sanitizeName checks a tar entry name (or hard link target) and returns it
@@ -382,7 +393,7 @@ func writeTar(w io.Writer, root string, mounts map[string]bool) error {
 			}
 			return err
 		}
-		if p == root {
+		if p == root && d.IsDir() {
 			return nil
 		}
 		mountPoint := mounts[p]
@@ -400,6 +411,9 @@ func writeTar(w io.Writer, root string, mounts map[string]bool) error {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, p)
+		if p == root {
+			rel = filepath.Base(root) // a file's archive: its one entry
+		}
 		rel = filepath.ToSlash(rel)
 		var link string
 		if fi.Mode()&os.ModeSymlink != 0 {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -104,7 +105,40 @@ func TestArchiveRoundTrip(t *testing.T) {
 			t.Errorf("gzip=%v: hard link not kept", gz)
 		}
 	}
-	a.callErr("GET", "/v1/archive", q("path", "src/a.txt"), nil, 400, "not a directory")
+	// A file's archive is its one entry; a symlink at the path is followed.
+	if err := os.Symlink("sub", filepath.Join(src, "tosub")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, of, want string }{
+		{"src/sub/b.sh", wire.ArchiveOfFile, "b.sh 755 #!/bin/sh\n"},
+		{"src/tosub/deep", wire.ArchiveOfDirectory, "c 600 secret"},
+	} {
+		resp := a.do(t.Context(), "GET", "/v1/archive", q("path", tc.path), nil)
+		if of := resp.Header.Get(wire.HeaderArchiveOf); resp.StatusCode != 200 || of != tc.of {
+			t.Fatalf("archive of %s: %d, %s %q, want 200 and %q", tc.path, resp.StatusCode, wire.HeaderArchiveOf, of, tc.of)
+		}
+		tr := tar.NewReader(resp.Body)
+		var got []string
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(tr)
+			got = append(got, fmt.Sprintf("%s %o %s", h.Name, h.Mode&0o777, b))
+		}
+		resp.Body.Close()
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("archive of %s: entries %q, want [%q]", tc.path, got, tc.want)
+		}
+	}
+	if err := os.Symlink("/nowhere", filepath.Join(src, "dangling")); err != nil {
+		t.Fatal(err)
+	}
+	a.callErr("GET", "/v1/archive", q("path", "src/dangling"), nil, 404, "")
 	a.callErr("PUT", "/v1/archive", q("path", "bad"), "this is not a tar archive, not at all, no", 400, "archive")
 }
 

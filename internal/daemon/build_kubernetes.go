@@ -30,9 +30,11 @@ const LabelBuild = "hotcell.build"
 const buildSandboxGrace = 5 * time.Minute
 
 // BuildImage builds a template's Dockerfile on Kubernetes, where no image
-// builder is at hand: a sandbox of the FROM image runs the steps
-// (stepbuild), and its root filesystem is committed to the registry with
-// the steps' env and labels. The sandbox is destroyed whatever happens.
+// builder is at hand: each stage runs in a sandbox of its base
+// (stepbuild), and the last one's root filesystem is committed to the
+// registry with the steps' env and labels. A stage that more than one
+// stage builds on is committed too, as an image of its own removed after
+// the build. Every sandbox is destroyed whatever happens.
 func (k kubeImages) BuildImage(ctx context.Context, ref, dockerfile string, labels map[string]string, buildContext io.Reader, progress driver.Progress) (err error) {
 	if progress == nil {
 		progress = func(string) {}
@@ -50,54 +52,104 @@ func (k kubeImages) BuildImage(ctx context.Context, ref, dockerfile string, labe
 	if err != nil {
 		return err
 	}
-	from, err := stepbuild.From(plan)
+	boxes := &kubeBuildBoxes{k: k, ref: ref, progress: progress}
+	defer func() { err = errors.Join(err, boxes.removeImages(ctx)) }()
+	last, res, err := stepbuild.Build(ctx, plan, bctx, boxes, progress)
 	if err != nil {
 		return err
 	}
+	defer func() { err = errors.Join(err, boxes.Drop(ctx, last)) }()
+	all := maps.Clone(res.Labels)
+	maps.Copy(all, labels)
+	progress("Committing the build's root filesystem to the registry")
+	return k.drv.CommitWithEnv(ctx, last.(*kubeBuildBox).id, ref, all, res.Env)
+}
+
+// kubeBuildBoxes are the sandboxes a build on Kubernetes runs in.
+type kubeBuildBoxes struct {
+	k        kubeImages
+	ref      string // the image being built
+	progress driver.Progress
+	saved    []string // the stages' images Save made
+}
+
+// kubeBuildBox is a build's sandbox.
+type kubeBuildBox struct {
+	stepbuild.Box
+	id string
+}
+
+// Start starts a sandbox of image for the build, labelled LabelBuild and
+// bound by the build's limits, its network as template_build_network
+// says.
+func (b *kubeBuildBoxes) Start(ctx context.Context, image string) (stepbuild.Box, error) {
+	cfg := b.k.cfg
 	req := wire.CreateSandboxRequest{
-		Image:   from,
+		Image:   image,
 		Persist: new(bool),
-		Labels:  map[string]string{LabelBuild: strings.ReplaceAll(strings.ReplaceAll(ref, "/", "."), ":", "-")},
-		Limits:  k.cfg.TemplateBuildLimits,
+		Labels:  map[string]string{LabelBuild: strings.ReplaceAll(strings.ReplaceAll(b.ref, "/", "."), ":", "-")},
+		Limits:  cfg.TemplateBuildLimits,
 		// No idle timeout: the build's own calls do not go through the
 		// API, which counts activity. A lifetime past the build's bound
 		// destroys the sandbox of a build whose daemon died.
 		Timeouts: &wire.Timeouts{
-			MaxLifetimeSeconds: int64((k.cfg.TemplateBuildTimeout + buildSandboxGrace) / time.Second),
+			MaxLifetimeSeconds: int64((cfg.TemplateBuildTimeout + buildSandboxGrace) / time.Second),
 			LifetimeAction:     wire.ActionDestroy,
 		},
 	}
-	if k.cfg.TemplateBuildNetwork == config.BuildNetworkNone {
+	if cfg.TemplateBuildNetwork == config.BuildNetworkNone {
 		req.Egress = &wire.EgressPolicy{Mode: wire.EgressNone}
 	}
-	progress(stepbuild.FromStep(plan, from))
-	mgr := *k.mgr
-	sb, err := mgr.Create(ctx, req, sandbox.CreateOptions{Progress: progress})
+	mgr := *b.k.mgr
+	sb, err := mgr.Create(ctx, req, sandbox.CreateOptions{Progress: b.progress})
 	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return errdefs.Invalid("dockerfile", "FROM %s: %v", from, err)
-		}
-		return fmt.Errorf("start the build's sandbox of %s: %w", from, err)
+		return nil, err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		if derr := mgr.Destroy(dctx, sb.ID); derr != nil {
-			err = errors.Join(err, fmt.Errorf("destroy the build's sandbox %s: %w", sb.ID, derr))
-		}
-	}()
 	conn, err := mgr.Agent(ctx, sb.ID)
 	if err != nil {
-		return err
+		return nil, errors.Join(err, b.destroy(ctx, sb.ID))
 	}
-	res, err := stepbuild.Run(ctx, plan, bctx, stepbuild.AgentBox(conn), progress)
-	if err != nil {
-		return err
+	return &kubeBuildBox{stepbuild.AgentBox(conn), sb.ID}, nil
+}
+
+// Save commits a stage's sandbox as an image of the template's repository,
+// tagged after the built one's.
+func (b *kubeBuildBoxes) Save(ctx context.Context, box stepbuild.Box, env map[string]string) (string, error) {
+	ref := fmt.Sprintf("%s-stage%d", b.ref, len(b.saved)+1)
+	if err := b.k.drv.CommitWithEnv(ctx, box.(*kubeBuildBox).id, ref, nil, env); err != nil {
+		return "", err
 	}
-	all := maps.Clone(res.Labels)
-	maps.Copy(all, labels)
-	progress("Committing the build's root filesystem to the registry")
-	return k.drv.CommitWithEnv(ctx, sb.ID, ref, all, res.Env)
+	b.saved = append(b.saved, ref)
+	return ref, nil
+}
+
+// Drop destroys a build's sandbox.
+func (b *kubeBuildBoxes) Drop(ctx context.Context, box stepbuild.Box) error {
+	return b.destroy(ctx, box.(*kubeBuildBox).id)
+}
+
+func (b *kubeBuildBoxes) destroy(ctx context.Context, id string) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	mgr := *b.k.mgr
+	if err := mgr.Destroy(dctx, id); err != nil {
+		return fmt.Errorf("destroy the build's sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// removeImages removes the stages' images from the registry, once the
+// sandboxes that ran them are gone.
+func (b *kubeBuildBoxes) removeImages(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	var errs []error
+	for _, ref := range b.saved {
+		if err := b.k.drv.RemoveImage(ctx, ref); err != nil {
+			errs = append(errs, fmt.Errorf("remove the build stage's image %s: %w", ref, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // buildContextOf makes a context a build can read more than once: the

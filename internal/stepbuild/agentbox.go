@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 
 	"github.com/hotcell/hotcell/internal/agentconn"
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -83,4 +84,17 @@ func (a agentBox) Mkdir(ctx context.Context, dir string) error {
 // Extract unpacks a tar into dir (the agent's PUT /v1/archive).
 func (a agentBox) Extract(ctx context.Context, dir string, tar io.Reader) error {
 	return a.conn.PutArchive(ctx, dir, tar)
+}
+
+// Archive streams a tar of path (the agent's GET /v1/archive).
+func (a agentBox) Archive(ctx context.Context, p string) (io.ReadCloser, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/archive?"+url.Values{"path": {p}}.Encode(), nil)
+	if err != nil {
+		return nil, false, err
+	}
+	resp, err := a.conn.Send(req)
+	if err != nil {
+		return nil, false, err
+	}
+	return resp.Body, resp.Header.Get(wire.HeaderArchiveOf) != wire.ArchiveOfFile, nil
 }

@@ -1,10 +1,11 @@
-// Package stepbuild builds a template's Dockerfile inside a running box,
+// Package stepbuild builds a template's Dockerfile inside running boxes,
 // step by step, for a driver with no image builder (Kubernetes): RUN runs
-// in the box through its agent, COPY and ADD send the build context's
-// files there, and ENV, ARG, WORKDIR, USER, LABEL and SHELL are kept by
-// the builder. The box's root filesystem is then the image (its driver
-// commits it). It takes one stage; what it cannot do the same as Docker's
-// builder is refused with the line that asks for it.
+// in a box through its agent, COPY and ADD send the build context's files
+// there, and ENV, ARG, WORKDIR, USER, LABEL and SHELL are kept by the
+// builder. Each stage runs in a box of its base; COPY --from reads another
+// stage's box, or a box of an image. The last stage's box's root
+// filesystem is then the image (its driver commits it). What it cannot do
+// the same as Docker's builder is refused with the line that asks for it.
 package stepbuild
 
 import (
@@ -13,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
@@ -37,11 +39,21 @@ const (
 
 // Plan is a Dockerfile as the builder runs it.
 type Plan struct {
-	// From is the base image, its ARGs not yet substituted.
-	From string
-	// PreArgs are the ARGs before FROM: they may be used in From only.
+	// PreArgs are the ARGs before the first FROM: they may be used in the
+	// FROMs, and a stage's ARG of the same name and no default takes the
+	// value.
 	PreArgs []KV
-	Steps   []Step
+	// Stages are the FROMs and what follows each; the last one is the
+	// image.
+	Stages []Stage
+}
+
+// Stage is a FROM and its steps.
+type Stage struct {
+	Line  int    // the FROM's
+	From  string // the base, its ARGs not yet substituted: an image or an earlier stage's name
+	Name  string // AS name, lower-cased; "" for none
+	Steps []Step
 }
 
 // KV is a name and a value (ENV, ARG, LABEL).
@@ -63,6 +75,10 @@ type Step struct {
 	Sources []string
 	Dest    string
 	Chown   string
+	// CopyFrom is COPY's --from as written: a stage or an image.
+	// FromStage is the earlier stage it names, or -1 for an image.
+	CopyFrom  string
+	FromStage int
 	// KVs are ENV's, ARG's and LABEL's.
 	KVs []KV
 	// Arg is WORKDIR's path or USER's user.
@@ -83,6 +99,7 @@ func Parse(dockerfile []byte) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
+	var cur *Stage
 	for _, l := range lines {
 		op, rest, _ := strings.Cut(l.text, " ")
 		op = strings.ToUpper(op)
@@ -90,35 +107,29 @@ func Parse(dockerfile []byte) (Plan, error) {
 		bad := func(format string, args ...any) error {
 			return errdefs.Invalid("dockerfile", "line %d: %s: %s", l.line, op, fmt.Sprintf(format, args...))
 		}
-		if p.From == "" {
-			switch op {
-			case "FROM":
-				f := strings.Fields(rest)
-				if len(f) == 0 {
-					return p, bad("names no image")
-				}
-				if strings.HasPrefix(f[0], "--") {
-					return p, bad("%s is not taken here (the image runs on the cluster's nodes as they are)", clip(f[0]))
-				}
-				if len(f) != 1 && !(len(f) == 3 && strings.EqualFold(f[1], "AS")) {
-					return p, bad("want FROM image [AS name]")
-				}
-				p.From = f[0]
-			case OpArg:
-				kvs, err := parseArg(rest)
-				if err != nil {
-					return p, bad("%v", err)
-				}
-				p.PreArgs = append(p.PreArgs, kvs...)
-			default:
-				return p, bad("comes before FROM (only ARG may)")
+		if op == "FROM" {
+			st, err := parseFrom(rest, p.Stages)
+			if err != nil {
+				return p, bad("%v", err)
 			}
+			st.Line = l.line
+			p.Stages = append(p.Stages, st)
+			cur = &p.Stages[len(p.Stages)-1]
 			continue
 		}
-		st := Step{Line: l.line, Text: l.text, Op: op}
+		if cur == nil {
+			if op != OpArg {
+				return p, bad("comes before FROM (only ARG may)")
+			}
+			kvs, err := parseArg(rest)
+			if err != nil {
+				return p, bad("%v", err)
+			}
+			p.PreArgs = append(p.PreArgs, kvs...)
+			continue
+		}
+		st := Step{Line: l.line, Text: l.text, Op: op, FromStage: -1}
 		switch op {
-		case "FROM":
-			return p, bad("a second stage: multi-stage builds need the docker driver (build the image there, push it, and register it: hotcell template build --image)")
 		case OpRun:
 			if rest == "" {
 				return p, bad("runs nothing")
@@ -143,6 +154,15 @@ func Parse(dockerfile []byte) (Plan, error) {
 					st.Chown = v
 					continue
 				}
+				if v, ok := strings.CutPrefix(flag, "--from="); ok && op == OpCopy {
+					if err := copyFrom(&st, v, p.Stages); err != nil {
+						return p, bad("%v", err)
+					}
+					continue
+				}
+				if op == OpCopy {
+					return p, bad("%s is not taken here (only --chown and --from)", clip(flag))
+				}
 				return p, bad("%s is not taken here (only --chown)", clip(flag))
 			}
 			f, isJSON, err := jsonForm(args)
@@ -162,6 +182,9 @@ func Parse(dockerfile []byte) (Plan, error) {
 			for _, s := range st.Sources {
 				if strings.Contains(s, "://") {
 					return p, bad("%s: a URL; fetch it in a RUN step instead", clip(s))
+				}
+				if st.CopyFrom != "" && isGlob(s) {
+					return p, bad("%s: a wildcard is not taken with --from here; name the file or directory", clip(s))
 				}
 			}
 		case OpEnv, OpLabel:
@@ -194,12 +217,81 @@ func Parse(dockerfile []byte) (Plan, error) {
 		default:
 			return p, bad("is not a Dockerfile instruction")
 		}
-		p.Steps = append(p.Steps, st)
+		cur.Steps = append(cur.Steps, st)
 	}
-	if p.From == "" {
+	if len(p.Stages) == 0 {
 		return p, errdefs.Invalid("dockerfile", "has no FROM")
 	}
 	return p, nil
+}
+
+// parseFrom reads a FROM's arguments: image [AS name], after the stages
+// before.
+func parseFrom(rest string, before []Stage) (Stage, error) {
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return Stage{}, fmt.Errorf("names no image")
+	}
+	if strings.HasPrefix(f[0], "--") {
+		return Stage{}, fmt.Errorf("%s is not taken here (the image runs on the cluster's nodes as they are)", clip(f[0]))
+	}
+	if len(f) != 1 && !(len(f) == 3 && strings.EqualFold(f[1], "AS")) {
+		return Stage{}, fmt.Errorf("want FROM image [AS name]")
+	}
+	st := Stage{From: f[0]}
+	if len(f) == 3 {
+		st.Name = strings.ToLower(f[2])
+		if !stageName(st.Name) {
+			return Stage{}, fmt.Errorf("%s is not a stage name: a letter, then letters, digits, -, _ and .", clip(f[2]))
+		}
+		if slices.ContainsFunc(before, func(b Stage) bool { return b.Name == st.Name }) {
+			return Stage{}, fmt.Errorf("the stage name %s is taken by an earlier stage", clip(f[2]))
+		}
+	}
+	return st, nil
+}
+
+// stageName is a name an AS may give: a letter, then letters, digits, -,
+// _ and ., as Docker's builder takes.
+func stageName(s string) bool {
+	for i, c := range s {
+		letter := c >= 'a' && c <= 'z'
+		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// copyFrom reads COPY's --from: an earlier stage by name or number, else
+// an image. stages ends with the stage the COPY is in.
+func copyFrom(st *Step, v string, stages []Stage) error {
+	if v == "" {
+		return fmt.Errorf("--from names nothing")
+	}
+	before, this := stages[:len(stages)-1], stages[len(stages)-1]
+	if this.Name != "" && this.Name == strings.ToLower(v) || v == strconv.Itoa(len(before)) {
+		return fmt.Errorf("--from=%s is the stage this COPY is in; name an earlier one", clip(v))
+	}
+	if strings.ContainsAny(v, "$") {
+		return fmt.Errorf("--from=%s: a variable is not taken in --from here; name the stage or the image", clip(v))
+	}
+	st.CopyFrom = v
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 0 || n >= len(before) {
+			return fmt.Errorf("--from=%d: there are %d stages before this one, numbered from 0", n, len(before))
+		}
+		st.FromStage = n
+		return nil
+	}
+	for i, b := range before {
+		if b.Name != "" && b.Name == strings.ToLower(v) {
+			st.FromStage = i
+			return nil
+		}
+	}
+	st.FromStage = -1
+	return nil
 }
 
 type logicalLine struct {

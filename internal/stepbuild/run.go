@@ -15,7 +15,7 @@ import (
 	"github.com/hotcell/hotcell/internal/errdefs"
 )
 
-// Box is where a build runs: a box of the plan's base image.
+// Box is where a stage runs: a box of its base.
 type Box interface {
 	// Run runs argv as user (empty: the box's own) in cwd, with env laid
 	// over the box's, passing its output as it comes, and returns its
@@ -25,6 +25,23 @@ type Box interface {
 	Extract(ctx context.Context, dir string, tar io.Reader) error
 	// Mkdir makes dir and its parents; an existing one is no error.
 	Mkdir(ctx context.Context, dir string) error
+	// Archive streams a tar of the box's path, a symlink there followed:
+	// a directory's contents (dir true), or a regular file as one entry
+	// named as it.
+	Archive(ctx context.Context, path string) (tar io.ReadCloser, dir bool, err error)
+}
+
+// Boxes starts and ends the boxes a build runs in.
+type Boxes interface {
+	// Start starts a box of image (an error wrapping
+	// errdefs.ErrNotFound when there is no such image).
+	Start(ctx context.Context, image string) (Box, error)
+	// Save commits a box's root filesystem, with env laid over its own,
+	// as an image Start takes, and returns its name. The caller of Build
+	// removes the images Save made once the build is over.
+	Save(ctx context.Context, box Box, env map[string]string) (string, error)
+	// Drop destroys a box Start made.
+	Drop(ctx context.Context, box Box) error
 }
 
 // Context is a build context: a tar a build may read more than once.
@@ -40,79 +57,303 @@ type Result struct {
 	Labels map[string]string
 }
 
-// From is the plan's base image, with the ARGs before FROM substituted.
-func From(p Plan) (string, error) {
+// state is what a stage leaves a stage built on it, besides its files.
+type state struct {
+	env     map[string]string // ENV
+	labels  map[string]string
+	workdir string
+	user    string
+	shell   []string
+}
+
+func (s state) clone() state {
+	return state{env: maps.Clone(s.env), labels: maps.Clone(s.labels), workdir: s.workdir, user: s.user, shell: slices.Clone(s.shell)}
+}
+
+// graph is what a plan's stages need of each other.
+type graph struct {
+	image   []string // a stage's base image, "" when it builds on a stage
+	base    []int    // the stage a stage builds on, or -1
+	need    []bool   // the last stage needs it, itself or through others
+	pass    []bool   // its box passes on to the one stage built on it
+	save    []bool   // it is saved for the stages built on it to start from
+	copyEnd []int    // the last stage whose COPY --from reads it, or -1
+	imgEnd  map[string]int
+	steps   int // the numbered steps of the stages needed, FROMs included
+}
+
+// plan resolves the stages' bases (their ARGs substituted, a name of an
+// earlier stage being that stage) and what each needs of the others. As
+// BuildKit does, only the stages the last one needs run.
+func (p Plan) graph() (graph, error) {
+	n := len(p.Stages)
+	g := graph{image: make([]string, n), base: make([]int, n), need: make([]bool, n), pass: make([]bool, n), save: make([]bool, n), copyEnd: make([]int, n), imgEnd: map[string]int{}}
+	globals, err := p.globals()
+	if err != nil {
+		return g, err
+	}
+	for i, st := range p.Stages {
+		from, err := expand(st.From, globals)
+		if err != nil {
+			return g, errdefs.Invalid("dockerfile", "line %d: FROM: %v", st.Line, err)
+		}
+		if from == "" {
+			return g, errdefs.Invalid("dockerfile", "line %d: FROM %s is empty once its ARGs are substituted", st.Line, clip(st.From))
+		}
+		g.base[i] = slices.IndexFunc(p.Stages[:i], func(b Stage) bool { return b.Name != "" && b.Name == strings.ToLower(from) })
+		if g.base[i] < 0 {
+			g.image[i] = from
+		}
+		g.copyEnd[i] = -1
+	}
+	g.need[n-1] = true
+	for i := n - 1; i >= 0; i-- {
+		if !g.need[i] {
+			continue
+		}
+		g.steps += 1 + len(p.Stages[i].Steps)
+		if j := g.base[i]; j >= 0 {
+			g.need[j] = true
+		}
+		for _, st := range p.Stages[i].Steps {
+			switch {
+			case st.CopyFrom == "":
+			case st.FromStage >= 0:
+				g.need[st.FromStage] = true
+				g.copyEnd[st.FromStage] = max(g.copyEnd[st.FromStage], i)
+			default:
+				g.imgEnd[st.CopyFrom] = max(g.imgEnd[st.CopyFrom], i)
+			}
+		}
+	}
+	children := make([]int, n)
+	for i := range n {
+		if g.need[i] && g.base[i] >= 0 {
+			children[g.base[i]]++
+		}
+	}
+	for j := range n {
+		g.pass[j] = children[j] == 1 && g.copyEnd[j] < 0
+		g.save[j] = children[j] > 0 && !g.pass[j]
+	}
+	return g, nil
+}
+
+// globals are the ARGs before the first FROM, substituted.
+func (p Plan) globals() (map[string]string, error) {
 	vars := map[string]string{}
 	for _, kv := range p.PreArgs {
 		if kv.HasValue {
 			v, err := expand(kv.Value, vars)
 			if err != nil {
-				return "", err
+				return nil, errdefs.Invalid("dockerfile", "ARG %s: %v", kv.Key, err)
 			}
 			vars[kv.Key] = v
 		}
 	}
-	from, err := expand(p.From, vars)
-	if err != nil {
-		return "", err
-	}
-	if from == "" {
-		return "", errdefs.Invalid("dockerfile", "FROM %s is empty once its ARGs are substituted", clip(p.From))
-	}
-	return from, nil
+	return vars, nil
 }
 
-// FromStep is the build log's first line, for the box of the base image
-// from (From's).
-func FromStep(p Plan, from string) string {
-	return fmt.Sprintf("Step 1/%d : FROM %s", len(p.Steps)+1, from)
-}
-
-// builder is one Run's state.
-type builder struct {
-	box      Box
+// build is one Build's state.
+type build struct {
+	p        Plan
+	g        graph
+	boxes    Boxes
 	bctx     Context
 	ignore   *ignorer
 	progress func(string)
-	env      map[string]string // ENV
-	args     map[string]string // ARG, for RUN's env and substitution
-	labels   map[string]string
-	workdir  string
-	user     string
-	shell    []string
+	globals  map[string]string
+	numbered int            // the last numbered step
+	stage    []Box          // the boxes of stages still of use
+	states   []state        // what each stage run left
+	images   []string       // what each saved stage was saved as
+	imgBox   map[string]Box // boxes of images COPY --from reads
 }
 
-// Run runs the plan's steps in box, reading COPY's and ADD's files from
-// bctx (less what its .dockerignore excludes), and reports each step and
-// the output of each RUN to progress. A step that fails (a RUN that exits
+// Build runs the plan's stages the last one needs, in order, each in a
+// box of its base: an image, or a stage before it (the same box when it
+// is the only stage built on it and nothing copies from it, else a box of
+// the image Save made of it). It reads COPY's and ADD's files from bctx
+// (less what its .dockerignore excludes), and reports each step and the
+// output of each RUN to progress. It returns the last stage's box, for
+// the caller to commit and drop, and the image's env and labels; every
+// other box it started is dropped. A step that fails (a RUN that exits
 // non-zero, a COPY of nothing) is errdefs.ErrInvalidArgument naming its
-// line; the box is then as the failed step left it.
-func Run(ctx context.Context, p Plan, bctx Context, box Box, progress func(string)) (Result, error) {
+// line, and drops every box.
+func Build(ctx context.Context, p Plan, bctx Context, boxes Boxes, progress func(string)) (last Box, res Result, err error) {
 	if progress == nil {
 		progress = func(string) {}
 	}
 	ig, err := readIgnore(bctx)
 	if err != nil {
-		return Result{}, err
+		return nil, Result{}, err
 	}
-	b := &builder{
-		box: box, bctx: bctx, ignore: ig, progress: progress,
-		env: map[string]string{}, args: map[string]string{}, labels: map[string]string{},
-		workdir: "/", shell: []string{"/bin/sh", "-c"},
+	g, err := p.graph()
+	if err != nil {
+		return nil, Result{}, err
 	}
-	// Numbered as Docker's builder does, FROM being step 1 (the caller's:
-	// FromStep), so the CLI's status line reads them alike.
-	for i, st := range p.Steps {
-		progress(fmt.Sprintf("Step %d/%d : %s", i+2, len(p.Steps)+1, st.Text))
-		if err := b.step(ctx, st); err != nil {
-			var se stepError
-			if errors.As(err, &se) {
-				return Result{}, err
+	globals, _ := p.globals()
+	n := len(p.Stages)
+	b := &build{
+		p: p, g: g, boxes: boxes, bctx: bctx, ignore: ig, progress: progress, globals: globals,
+		stage: make([]Box, n), states: make([]state, n), images: make([]string, n), imgBox: map[string]Box{},
+	}
+	defer func() {
+		keep := Box(nil)
+		if err == nil {
+			keep = last
+		}
+		b.drop(ctx, func(bx Box) bool { return bx != keep })
+	}()
+	for i := range n {
+		if !g.need[i] {
+			continue
+		}
+		if err := b.runStage(ctx, i); err != nil {
+			return nil, Result{}, err
+		}
+		// Boxes no stage after this one reads go.
+		b.drop(ctx, func(bx Box) bool {
+			for j, sb := range b.stage {
+				if sb == bx {
+					return j != n-1 && !g.pass[j] && g.copyEnd[j] <= i
+				}
 			}
-			return Result{}, fmt.Errorf("dockerfile line %d: %s: %w", st.Line, st.Op, err)
+			for img, ib := range b.imgBox {
+				if ib == bx {
+					return g.imgEnd[img] <= i
+				}
+			}
+			return false
+		})
+	}
+	st := b.states[n-1]
+	return b.stage[n-1], Result{Env: st.env, Labels: st.labels}, nil
+}
+
+// drop drops the boxes the build holds that which picks.
+func (b *build) drop(ctx context.Context, which func(Box) bool) {
+	ctx = context.WithoutCancel(ctx)
+	for i, bx := range b.stage {
+		if bx != nil && which(bx) {
+			b.stage[i] = nil
+			if err := b.boxes.Drop(ctx, bx); err != nil {
+				b.progress(fmt.Sprintf(" ---> could not drop the box of stage %d: %v", i, err))
+			}
 		}
 	}
-	return Result{Env: b.env, Labels: b.labels}, nil
+	for img, bx := range b.imgBox {
+		if which(bx) {
+			delete(b.imgBox, img)
+			if err := b.boxes.Drop(ctx, bx); err != nil {
+				b.progress(fmt.Sprintf(" ---> could not drop the box of %s: %v", img, err))
+			}
+		}
+	}
+}
+
+// number reports the next numbered step, as Docker's builder numbers
+// them (FROMs included), so the CLI's status line reads them alike.
+func (b *build) number(text string) {
+	b.numbered++
+	b.progress(fmt.Sprintf("Step %d/%d : %s", b.numbered, b.g.steps, text))
+}
+
+// start starts a box of image for what line asks.
+func (b *build) start(ctx context.Context, line int, op, image string) (Box, error) {
+	bx, err := b.boxes.Start(ctx, image)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.Invalid("dockerfile", "line %d: %s %s: %v", line, op, image, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start a box of %s: %w", image, err)
+	}
+	return bx, nil
+}
+
+// runStage runs stage i in its box.
+func (b *build) runStage(ctx context.Context, i int) error {
+	s := b.p.Stages[i]
+	from := b.g.image[i]
+	st := state{env: map[string]string{}, labels: map[string]string{}, workdir: "/", shell: []string{"/bin/sh", "-c"}}
+	if j := b.g.base[i]; j >= 0 {
+		from = b.p.Stages[j].Name
+		st = b.states[j].clone()
+	}
+	text := "FROM " + from
+	if s.Name != "" {
+		text += " AS " + s.Name
+	}
+	b.number(text)
+	var box Box
+	switch j := b.g.base[i]; {
+	case j < 0:
+		bx, err := b.start(ctx, s.Line, "FROM", from)
+		if err != nil {
+			return err
+		}
+		box = bx
+	case b.g.pass[j]:
+		box, b.stage[j] = b.stage[j], nil
+		b.progress(fmt.Sprintf(" ---> going on in the box of stage %s", from))
+	default:
+		bx, err := b.start(ctx, s.Line, "FROM", b.images[j])
+		if err != nil {
+			return err
+		}
+		box = bx
+	}
+	b.stage[i] = box
+	sb := &builder{build: b, state: st, box: box, args: map[string]string{}}
+	for _, step := range s.Steps {
+		b.number(step.Text)
+		if err := sb.step(ctx, step); err != nil {
+			var se stepError
+			if errors.As(err, &se) {
+				return err
+			}
+			return fmt.Errorf("dockerfile line %d: %s: %w", step.Line, step.Op, err)
+		}
+	}
+	b.states[i] = sb.state
+	if b.g.save[i] {
+		b.progress(fmt.Sprintf(" ---> saving stage %d for the stages built on it", i))
+		img, err := b.boxes.Save(ctx, box, sb.state.env)
+		if err != nil {
+			return fmt.Errorf("save stage %d: %w", i, err)
+		}
+		b.images[i] = img
+	}
+	return nil
+}
+
+// source is the box a COPY --from reads: an earlier stage's, or a box of
+// the image, started on its first use.
+func (b *build) source(ctx context.Context, st Step) (Box, error) {
+	if st.FromStage >= 0 {
+		if bx := b.stage[st.FromStage]; bx != nil {
+			return bx, nil
+		}
+		return nil, fmt.Errorf("the box of stage %d is gone", st.FromStage)
+	}
+	if bx, ok := b.imgBox[st.CopyFrom]; ok {
+		return bx, nil
+	}
+	b.progress(fmt.Sprintf(" ---> starting a box of %s to copy from", st.CopyFrom))
+	bx, err := b.start(ctx, st.Line, "COPY --from", st.CopyFrom)
+	if err != nil {
+		return nil, err
+	}
+	b.imgBox[st.CopyFrom] = bx
+	return bx, nil
+}
+
+// builder runs one stage's steps in its box.
+type builder struct {
+	*build
+	state
+	box  Box
+	args map[string]string // ARG, for RUN's env and substitution
 }
 
 func (b *builder) vars() map[string]string {
@@ -139,7 +380,9 @@ func (b *builder) step(ctx context.Context, st Step) error {
 		for _, kv := range st.KVs {
 			v := kv.Value
 			if st.Op == OpArg && !kv.HasValue {
-				if _, ok := b.args[kv.Key]; !ok {
+				if v, ok := b.globals[kv.Key]; ok {
+					b.args[kv.Key] = v // a global ARG's value, as Docker's builder gives
+				} else if _, ok := b.args[kv.Key]; !ok {
 					b.args[kv.Key] = ""
 				}
 				continue
@@ -229,15 +472,27 @@ func (b *builder) abs(p string) string {
 	return path.Join(b.workdir, p)
 }
 
+// dest is a COPY's or ADD's destination, absolute, and whether it names
+// a directory (a trailing /).
+func (b *builder) dest(st Step) (dest string, dir bool, err error) {
+	dest, err = expand(st.Dest, b.vars())
+	if err != nil {
+		return "", false, b.invalid(st, "%v", err)
+	}
+	dir = strings.HasSuffix(dest, "/") || dest == "." || dest == ".."
+	return b.abs(dest), dir, nil
+}
+
 // copy sends the context's files a COPY or ADD names into the box.
 func (b *builder) copy(ctx context.Context, st Step) error {
-	vars := b.vars()
-	dest, err := expand(st.Dest, vars)
-	if err != nil {
-		return b.invalid(st, "%v", err)
+	if st.CopyFrom != "" {
+		return b.copyFrom(ctx, st)
 	}
-	destDir := strings.HasSuffix(dest, "/") || dest == "." || dest == ".."
-	dest = b.abs(dest)
+	vars := b.vars()
+	dest, destDir, err := b.dest(st)
+	if err != nil {
+		return err
+	}
 	var pats []string
 	for _, s := range st.Sources {
 		s, err := expand(s, vars)
@@ -302,6 +557,12 @@ func (b *builder) copy(ctx context.Context, st Step) error {
 		werr = b.writeItems(pw, items, destDir, path.Base(dest), tops)
 		pw.CloseWithError(werr)
 	}()
+	chownInto, err := b.isNew(ctx, st, into, destDir)
+	if err != nil {
+		pr.CloseWithError(errCopyEnded)
+		<-written
+		return err
+	}
 	err = b.box.Extract(ctx, into, pr)
 	pr.CloseWithError(errCopyEnded)
 	<-written
@@ -313,21 +574,183 @@ func (b *builder) copy(ctx context.Context, st Step) error {
 	if err != nil {
 		return err
 	}
-	if st.Chown != "" {
-		chown, err := expand(st.Chown, vars)
+	return b.chown(ctx, st, into, tops, chownInto)
+}
+
+// isNew says whether a COPY with --chown makes its destination directory
+// into, which the --chown then gets too (an existing one keeps its
+// owner, as with Docker's builder).
+func (b *builder) isNew(ctx context.Context, st Step, into string, destDir bool) (bool, error) {
+	if st.Chown == "" || !destDir {
+		return false, nil
+	}
+	code, err := b.box.Run(ctx, []string{"test", "-e", into}, nil, "/", "", func([]byte) {})
+	return code != 0, err
+}
+
+// chown gives what a COPY wrote into into (its top-level names, and into
+// itself when the COPY made it) to its --chown.
+func (b *builder) chown(ctx context.Context, st Step, into string, tops map[string]bool, chownInto bool) error {
+	if st.Chown == "" {
+		return nil
+	}
+	chown, err := expand(st.Chown, b.vars())
+	if err != nil {
+		return b.invalid(st, "%v", err)
+	}
+	argv := []string{"chown", "-R", "--", chown}
+	for _, t := range slices.Sorted(maps.Keys(tops)) {
+		argv = append(argv, path.Join(into, t))
+	}
+	if chownInto {
+		argv = append(argv, into)
+	}
+	return b.run(ctx, st, argv, "/")
+}
+
+// copyFrom copies files of another box (COPY --from): each source, a path
+// of that box, is a directory whose contents go, or a file.
+func (b *builder) copyFrom(ctx context.Context, st Step) error {
+	src, err := b.source(ctx, st)
+	if err != nil {
+		return err
+	}
+	dest, destDir, err := b.dest(st)
+	if err != nil {
+		return err
+	}
+	if len(st.Sources) > 1 && !destDir {
+		return b.invalid(st, "when copying more than one source the destination must be a directory and end with a /")
+	}
+	var paths []string
+	for _, s := range st.Sources {
+		s, err := expand(s, b.vars())
 		if err != nil {
 			return b.invalid(st, "%v", err)
 		}
-		argv := []string{"chown", "-R", "--", chown}
-		for _, t := range slices.Sorted(maps.Keys(tops)) {
-			argv = append(argv, path.Join(into, t))
-		}
-		if destDir {
-			argv = append(argv, into)
-		}
-		return b.run(ctx, st, argv, "/")
+		paths = append(paths, path.Clean("/"+s))
 	}
-	return nil
+	// The first source says where a lone file lands: under its own name
+	// in a directory, or as the destination.
+	first, dir, err := src.Archive(ctx, paths[0])
+	if err != nil {
+		return b.fromErr(st, paths[0], err)
+	}
+	into, name := dest, ""
+	if !dir && !destDir {
+		into, name = path.Dir(dest), path.Base(dest)
+	}
+	destDir = destDir || dir
+	pr, pw := io.Pipe()
+	tops := map[string]bool{}
+	var werr error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		tw := tar.NewWriter(pw)
+		werr = func() error {
+			rc, dir := first, dir
+			for i, p := range paths {
+				if i > 0 {
+					var err error
+					if rc, dir, err = src.Archive(ctx, p); err != nil {
+						return b.fromErr(st, p, err)
+					}
+				}
+				err := retar(tw, rc, func(n string) string {
+					if dir {
+						return n
+					}
+					if name != "" {
+						return name
+					}
+					return path.Base(p)
+				}, tops)
+				rc.Close()
+				if err != nil {
+					return fmt.Errorf("copy %s of %s: %w", p, st.CopyFrom, err)
+				}
+			}
+			return tw.Close()
+		}()
+		pw.CloseWithError(werr)
+	}()
+	chownInto, err := b.isNew(ctx, st, into, destDir)
+	if err != nil {
+		pr.CloseWithError(errCopyEnded)
+		<-written
+		return err
+	}
+	err = b.box.Extract(ctx, into, pr)
+	pr.CloseWithError(errCopyEnded)
+	<-written
+	if werr != nil && !errors.Is(werr, errCopyEnded) {
+		return werr
+	}
+	if err != nil {
+		return err
+	}
+	return b.chown(ctx, st, into, tops, chownInto)
+}
+
+// fromErr is a COPY --from source the other box could not give.
+func (b *builder) fromErr(st Step, p string, err error) error {
+	if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
+		return b.invalid(st, "%s of %s: %v", clip(p), st.CopyFrom, err)
+	}
+	return fmt.Errorf("read %s of %s: %w", p, st.CopyFrom, err)
+}
+
+// retar writes the entries of the tar r to tw, each named by rename (of
+// its cleaned name), owned by root as a COPY's files are. tops gets the
+// top-level names written.
+func retar(tw *tar.Writer, r io.Reader, rename func(string) string, tops map[string]bool) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch h.Typeflag {
+		case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
+		default:
+			continue // a device or a fifo, as a context's are skipped
+		}
+		name := path.Clean("/" + h.Name)[1:]
+		if name == "" {
+			continue
+		}
+		nh := landed(h, rename(name))
+		if h.Typeflag == tar.TypeLink {
+			nh.Linkname = rename(path.Clean("/" + h.Linkname)[1:])
+		}
+		if err := tw.WriteHeader(nh); err != nil {
+			return err
+		}
+		top, _, _ := strings.Cut(nh.Name, "/")
+		tops[top] = true
+		if h.Typeflag == tar.TypeReg {
+			if _, err := io.Copy(tw, tr); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// landed is the header of an entry a COPY writes as name: its type, mode
+// bits, size, link and time, owned by root.
+func landed(h *tar.Header, name string) *tar.Header {
+	nh := &tar.Header{Name: name, Typeflag: h.Typeflag, Mode: h.Mode & 0o7777, Size: h.Size, Linkname: h.Linkname, ModTime: h.ModTime}
+	if h.Typeflag == tar.TypeDir {
+		nh.Name += "/"
+	}
+	if h.Typeflag != tar.TypeReg {
+		nh.Size = 0
+	}
+	return nh
 }
 
 // errCopyEnded is what a copy's writer meets once the box stopped reading.
@@ -388,10 +811,7 @@ func (b *builder) writeItems(w io.Writer, items []item, destDir bool, base strin
 			if h.Typeflag == tar.TypeLink {
 				return fmt.Errorf("%s is a hard link: the build context's hard links are not taken here: %w", clip(name), errdefs.ErrInvalidArgument)
 			}
-			nh := &tar.Header{Name: rel, Typeflag: h.Typeflag, Mode: h.Mode & 0o7777, Size: h.Size, Linkname: h.Linkname, ModTime: h.ModTime}
-			if h.Typeflag == tar.TypeDir {
-				nh.Name += "/"
-			}
+			nh := landed(h, rel)
 			if err := tw.WriteHeader(nh); err != nil {
 				return err
 			}

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -41,8 +43,8 @@ CMD ["run"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.From != "debian:${TAG}" || len(p.PreArgs) != 1 || p.PreArgs[0] != (KV{"TAG", "12", true}) {
-		t.Errorf("from %q, pre-args %+v", p.From, p.PreArgs)
+	if len(p.Stages) != 1 || p.Stages[0].From != "debian:${TAG}" || p.Stages[0].Name != "base" || p.Stages[0].Line != 3 || len(p.PreArgs) != 1 || p.PreArgs[0] != (KV{"TAG", "12", true}) {
+		t.Errorf("stages %+v, pre-args %+v", p.Stages, p.PreArgs)
 	}
 	type short struct {
 		Line  int
@@ -56,7 +58,7 @@ CMD ["run"]
 		Arg   string
 	}
 	var got []short
-	for _, s := range p.Steps {
+	for _, s := range p.Stages[0].Steps {
 		got = append(got, short{s.Line, s.Op, s.Shell, s.Exec, s.Sources, s.Dest, s.Chown, s.KVs, s.Arg})
 	}
 	want := []short{
@@ -92,11 +94,19 @@ func TestParseRefuses(t *testing.T) {
 	for _, tc := range []struct{ dockerfile, says string }{
 		{"", "has no FROM"},
 		{"RUN true\nFROM x", "line 1: RUN: comes before FROM"},
-		{"FROM a\nFROM b", "line 2: FROM: a second stage: multi-stage builds need the docker driver"},
+		{"FROM a AS x\nFROM b AS X", "line 2: FROM: the stage name \"X\" is taken by an earlier stage"},
+		{"FROM a AS 1x", "line 1: FROM: \"1x\" is not a stage name"},
+		{"FROM a AS x\nCOPY --from=x /a /b", "line 2: COPY: --from=\"x\" is the stage this COPY is in"},
+		{"FROM a\nCOPY --from=0 /a /b", "--from=\"0\" is the stage this COPY is in"},
+		{"FROM a\nFROM b\nCOPY --from=2 /a /b", "line 3: COPY: --from=2: there are 1 stages before this one"},
+		{"FROM a\nCOPY --from=$X /a /b", "a variable is not taken in --from here"},
+		{"FROM a\nCOPY --from= /a /b", "--from names nothing"},
+		{"FROM a\nFROM b\nCOPY --from=0 /a/*.so /b/", "\"/a/*.so\": a wildcard is not taken with --from here"},
+		{"FROM a\nADD --from=b /x /y", "line 2: ADD: \"--from=b\" is not taken here (only --chown)"},
 		{"FROM --platform=linux/arm64 a", "line 1: FROM: \"--platform=linux/arm64\" is not taken here"},
 		{"FROM a b", "want FROM image [AS name]"},
 		{"FROM a\nRUN --mount=type=cache,target=/x true", "line 2: RUN: \"--mount=type=cache,target=/x\" is not taken here"},
-		{"FROM a\nCOPY --from=b /x /y", "line 2: COPY: \"--from=b\" is not taken here (only --chown)"},
+		{"FROM a\nCOPY --link /x /y", "line 2: COPY: \"--link\" is not taken here (only --chown and --from)"},
 		{"FROM a\nADD https://example.com/x /x", "a URL; fetch it in a RUN step"},
 		{"FROM a\nCOPY onlyone", "want sources and a destination"},
 		{"FROM a\nENV", "names nothing"},
@@ -171,6 +181,92 @@ type fakeBox struct {
 	mkdirs   []string
 	extracts map[string]map[string]string // dir -> name -> content ("<dir>", "-> target")
 	exit     int
+	exits    map[string]int    // a command's exit code, over exit
+	files    map[string]string // what Archive reads: path -> content
+	n        int               // its number among the boxes started
+	dropped  bool
+}
+
+// Archive answers from files: a path's file, or a directory's files.
+func (f *fakeBox) Archive(_ context.Context, p string) (io.ReadCloser, bool, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	put := func(name, body string) {
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg, Uid: 1000})
+		tw.Write([]byte(body))
+	}
+	if body, ok := f.files[p]; ok {
+		put(path.Base(p), body)
+		tw.Close()
+		return io.NopCloser(&buf), false, nil
+	}
+	n := 0
+	for _, name := range slices.Sorted(maps.Keys(f.files)) {
+		if rel, ok := strings.CutPrefix(name, strings.TrimSuffix(p, "/")+"/"); ok {
+			put(rel, f.files[name])
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, false, fmt.Errorf("%s: %w", p, errdefs.ErrNotFound)
+	}
+	tw.Close()
+	return io.NopCloser(&buf), true, nil
+}
+
+// fakeBoxes starts fakeBoxes: the first one given, then new ones whose
+// files are the image's.
+type fakeBoxes struct {
+	first   *fakeBox
+	files   map[string]map[string]string // image -> path -> content
+	missing string                       // an image there is none of
+	boxes   []*fakeBox
+	events  []string
+}
+
+func (f *fakeBoxes) Start(_ context.Context, image string) (Box, error) {
+	if image == f.missing {
+		return nil, fmt.Errorf("pull %s: %w", image, errdefs.ErrNotFound)
+	}
+	b := f.first
+	if b == nil || len(f.boxes) > 0 {
+		b = &fakeBox{files: f.files[image]}
+	}
+	f.boxes = append(f.boxes, b)
+	b.n = len(f.boxes)
+	f.events = append(f.events, fmt.Sprintf("start #%d %s", b.n, image))
+	return b, nil
+}
+
+func (f *fakeBoxes) Save(_ context.Context, box Box, env map[string]string) (string, error) {
+	b := box.(*fakeBox)
+	name := fmt.Sprintf("saved-%d", b.n)
+	f.events = append(f.events, fmt.Sprintf("save #%d %v", b.n, env))
+	return name, nil
+}
+
+func (f *fakeBoxes) Drop(_ context.Context, box Box) error {
+	b := box.(*fakeBox)
+	if b.dropped {
+		return fmt.Errorf("box #%d dropped twice", b.n)
+	}
+	b.dropped = true
+	f.events = append(f.events, fmt.Sprintf("drop #%d", b.n))
+	return nil
+}
+
+// build runs p in box, the one box a one-stage plan starts.
+func buildOne(t *testing.T, p Plan, bctx Context, box *fakeBox, progress func(string)) (Result, error) {
+	t.Helper()
+	boxes := &fakeBoxes{first: box}
+	last, res, err := Build(t.Context(), p, bctx, boxes, progress)
+	if err == nil && last != Box(box) {
+		t.Errorf("Build returned box %v, want the one it started", last)
+	}
+	if err != nil && !box.dropped {
+		t.Errorf("a failed build did not drop its box")
+	}
+	return res, err
 }
 
 type fakeRun struct {
@@ -182,6 +278,9 @@ type fakeRun struct {
 func (f *fakeBox) Run(_ context.Context, argv []string, env map[string]string, cwd, user string, out func([]byte)) (int, error) {
 	f.runs = append(f.runs, fakeRun{argv, env, cwd, user})
 	out([]byte("out of " + argv[0] + "\n"))
+	if code, ok := f.exits[argv[0]]; ok {
+		return code, nil
+	}
 	return f.exit, nil
 }
 
@@ -280,7 +379,7 @@ LABEL from=$HOME_DIR
 	}
 	box := &fakeBox{}
 	var log []string
-	res, err := Run(t.Context(), p, bctx, box, func(s string) { log = append(log, s) })
+	res, err := buildOne(t, p, bctx, box, func(s string) { log = append(log, s) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,11 +427,28 @@ func TestRunCopySingleFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	box := &fakeBox{}
-	if _, err := Run(t.Context(), p, bctx, box, nil); err != nil {
+	if _, err := buildOne(t, p, bctx, box, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := box.extracts["/w"]; !maps.Equal(got, map[string]string{"renamed.txt": "one"}) {
 		t.Errorf("extracted into /w: %q", got)
+	}
+}
+
+func TestRunChownNewDir(t *testing.T) {
+	t.Parallel()
+	bctx := tarContext(t, map[string]string{"d/x": "x", "d/y": "y"})
+	p, err := Parse([]byte("FROM img\nCOPY --chown=app d/ /new/\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := &fakeBox{exits: map[string]int{"test": 1}}
+	if _, err := buildOne(t, p, bctx, box, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"test", "-e", "/new"}, {"chown", "-R", "--", "app", "/new/x", "/new/y", "/new"}}
+	if len(box.runs) != len(want) || !slices.Equal(box.runs[0].argv, want[0]) || !slices.Equal(box.runs[1].argv, want[1]) {
+		t.Errorf("runs %+v, want %q: a destination the COPY made gets the --chown", box.runs, want)
 	}
 }
 
@@ -357,34 +473,122 @@ func TestRunFails(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.dockerfile, err)
 		}
-		_, err = Run(t.Context(), p, bctx, &fakeBox{exit: tc.exit}, nil)
+		_, err = buildOne(t, p, bctx, &fakeBox{exit: tc.exit}, nil)
 		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%q: got %v, want invalid saying %q", tc.dockerfile, err, tc.says)
 		}
 	}
 }
 
-func TestFrom(t *testing.T) {
+func TestBuildStages(t *testing.T) {
 	t.Parallel()
-	p, err := Parse([]byte("ARG REG=r.example\nARG TAG\nFROM $REG/img:${TAG:-1}\n"))
+	p, err := Parse([]byte(`ARG V=7
+ARG REG=r.example
+FROM $REG/img:${TAG:-1} AS base
+ENV E=base
+WORKDIR /w
+FROM base AS build
+ARG V
+RUN make $V
+FROM other AS unused
+RUN exit 1
+FROM base AS mid
+FROM mid
+COPY --from=build /out/app /usr/bin/app
+COPY --from=1 /out/ /opt/
+COPY --from=tools:1 --chown=nobody /bin/tool /usr/bin/
+ENV F=final
+`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if from, err := From(p); err != nil || from != "r.example/img:1" {
-		t.Errorf("From: %q, %v", from, err)
+	boxes := &fakeBoxes{files: map[string]map[string]string{
+		"saved-1": {"/out/app": "app", "/out/lib/x.so": "so"},
+		"tools:1": {"/bin/tool": "tool"},
+	}}
+	var log []string
+	last, res, err := Build(t.Context(), p, tarContext(t, nil), boxes, func(s string) { log = append(log, s) })
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := FromStep(p, "r.example/img:1"); got != "Step 1/1 : FROM r.example/img:1" {
-		t.Errorf("FromStep: %q", got)
+	// base has two stages built on it: saved, then dropped. build is
+	// copied from by the last stage: its box lives until then. mid's box
+	// goes on as the last stage's. unused is not needed, so not run.
+	wantEvents := []string{
+		"start #1 r.example/img:1",
+		"save #1 map[E:base]",
+		"drop #1",
+		"start #2 saved-1",
+		"start #3 saved-1",
+		"start #4 tools:1",
+		"drop #2",
+		"drop #4",
 	}
-	p, _ = Parse([]byte("ARG X\nFROM $X\n"))
-	if _, err := From(p); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("an empty FROM: got %v, want invalid", err)
+	if !slices.Equal(boxes.events, wantEvents) {
+		t.Errorf("boxes:\n got %q\nwant %q", boxes.events, wantEvents)
+	}
+	final := boxes.boxes[2]
+	if last != Box(final) || final.dropped {
+		t.Errorf("the last stage's box is #%d (dropped %v), want #3 kept", last.(*fakeBox).n, final.dropped)
+	}
+	if !maps.Equal(res.Env, map[string]string{"E": "base", "F": "final"}) {
+		t.Errorf("the image's env: %v", res.Env)
+	}
+	if r := boxes.boxes[1].runs; len(r) != 1 || !slices.Equal(r[0].argv, []string{"/bin/sh", "-c", "make $V"}) || r[0].cwd != "/w" ||
+		!maps.Equal(r[0].env, map[string]string{"E": "base", "V": "7"}) {
+		t.Errorf("stage build's RUN: %+v, want make in /w with the base's ENV and the global ARG", r)
+	}
+	wantExtracts := map[string]map[string]string{
+		"/usr/bin": {"app": "app", "tool": "tool"},
+		"/opt":     {"app": "app", "lib/x.so": "so"},
+	}
+	if !maps.EqualFunc(final.extracts, wantExtracts, maps.Equal) {
+		t.Errorf("extracted into the last box: %q, want %q", final.extracts, wantExtracts)
+	}
+	// /usr/bin is there (the fake's test -e exits 0): it keeps its owner.
+	if r := final.runs; len(r) != 2 || !slices.Equal(r[0].argv, []string{"test", "-e", "/usr/bin"}) || !slices.Equal(r[1].argv, []string{"chown", "-R", "--", "nobody", "/usr/bin/tool"}) {
+		t.Errorf("the last box's runs: %+v, want the chown of the tool", r)
+	}
+	for _, want := range []string{"Step 1/12 : FROM r.example/img:1 AS base", "Step 7/12 : FROM base AS mid", "Step 8/12 : FROM mid", "Step 12/12 : ENV F=final"} {
+		if !slices.Contains(log, want) {
+			t.Errorf("log has no %q: %q", want, log)
+		}
+	}
+	if slices.ContainsFunc(log, func(s string) bool { return strings.Contains(s, "exit 1") }) {
+		t.Errorf("the unneeded stage ran: %q", log)
+	}
+}
+
+func TestBuildStagesFail(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ dockerfile, says string }{
+		{"FROM a AS one\nRUN true\nFROM b\nCOPY --from=one /missing /x", "line 4: COPY: \"/missing\" of one: /missing: not found"},
+		{"FROM a AS one\nFROM nosuch\nCOPY --from=one /x /y", "line 2: FROM nosuch: pull nosuch:"},
+		{"FROM a\nCOPY --from=nosuch /x /y", "line 2: COPY --from nosuch: pull nosuch:"},
+		{"FROM a AS one\nFROM b\nCOPY --from=one /f /g /x", "line 3: COPY: when copying more than one source the destination must be a directory"},
+		{"ARG X\nFROM $X", "line 2: FROM \"$X\" is empty once its ARGs are substituted"},
+	} {
+		p, err := Parse([]byte(tc.dockerfile))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.dockerfile, err)
+		}
+		boxes := &fakeBoxes{missing: "nosuch", files: map[string]map[string]string{"a": {"/f": "f"}}}
+		_, _, err = Build(t.Context(), p, tarContext(t, nil), boxes, nil)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%q: got %v, want invalid saying %q", tc.dockerfile, err, tc.says)
+		}
+		for _, b := range boxes.boxes {
+			if !b.dropped {
+				t.Errorf("%q: box #%d left after the failure", tc.dockerfile, b.n)
+			}
+		}
 	}
 }
 
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("FROM a\nRUN echo $X \\\n && true\nCOPY [\"a\", \"b\"]\nENV A=\"b c\" D=e\n"))
 	f.Add([]byte("ARG T=1\nFROM x:$T AS y\nLABEL 'a b'=c\nADD --chown=1:2 a b c/\n"))
+	f.Add([]byte("FROM a AS b\nRUN x\nFROM b AS c\nCOPY --from=0 /x /y\nCOPY --from=img:1 --chown=1 /a /b/\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
 		if err != nil {
@@ -393,10 +597,17 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if p.From == "" {
+		if len(p.Stages) == 0 {
 			t.Fatal("a plan with no FROM")
 		}
-		for _, s := range p.Steps {
+		var steps []Step
+		for _, st := range p.Stages {
+			steps = append(steps, st.Steps...)
+		}
+		for _, s := range steps {
+			if s.CopyFrom != "" && (s.FromStage >= len(p.Stages) || s.Op != OpCopy) {
+				t.Fatalf("a --from of no earlier stage: %+v", s)
+			}
 			if s.Op == OpRun && s.Shell == "" && len(s.Exec) == 0 {
 				t.Fatalf("a RUN of nothing: %+v", s)
 			}

@@ -271,6 +271,17 @@ type HostInfo struct {
 	DefaultRuntime string   `json:"defaultRuntime"`
 }
 
+// HeaderArchiveOf is the header of an archive the agent streams (GET
+// /v1/archive): whether its path is a directory, whose contents the
+// entries are, or a regular file, the one entry.
+const HeaderArchiveOf = "X-Hotcell-Archive-Of"
+
+// Values of HeaderArchiveOf.
+const (
+	ArchiveOfDirectory = "directory"
+	ArchiveOfFile      = "file"
+)
+
 // ArchiveResult is the answer of an archive extraction (PUT /v1/archive on
 // the agent): how many non-directory entries and regular-file bytes were
 // written.

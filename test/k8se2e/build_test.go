@@ -102,12 +102,70 @@ CMD ["sleep", "1"]
 		t.Errorf("after the failed build: %+v, %v; want version %d kept", got, err, tpl.Version)
 	}
 	// What the builder cannot do as Docker's does is refused up front.
-	_, err = c.BuildTemplate(ctx, "k8s-multi", client.BuildTemplateOptions{}, dockerContext(t, "FROM "+image+" AS a\nRUN true\nFROM "+image+"\nCOPY --from=a /x /x\n"), nil)
-	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, "multi-stage builds need the docker driver") {
-		t.Errorf("a multi-stage build: got %v, want 400 saying multi-stage builds need the docker driver", err)
+	_, err = c.BuildTemplate(ctx, "k8s-refused", client.BuildTemplateOptions{}, dockerContext(t, "FROM "+image+"\nRUN --mount=type=cache,target=/c true\n"), nil)
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, "line 2: RUN: \"--mount=type=cache,target=/c\" is not taken here") {
+		t.Errorf("a RUN --mount: got %v, want 400 naming it", err)
 	}
 	if list, _ := c.ListSandboxes(ctx, client.ListOptions{}); len(list) != 1 {
 		t.Errorf("sandboxes after the failed builds: %+v, want the one from the template", list)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A multi-stage build: base is built on twice (so saved as an image
+	// of its own) and copied from; build is copied from; tools' box goes
+	// on as tools2's; unused is not needed, so not run; and a COPY
+	// --from an image starts a box of it.
+	dockerfile = `ARG BASE=` + image + `
+FROM ${BASE} AS base
+ENV FROM_BASE=yes
+WORKDIR /w
+RUN echo base > /base.txt && mkdir -p /out/sub && echo lib > /out/sub/lib.txt && ln -s sub/lib.txt /out/link
+FROM base AS build
+RUN echo built > /out/app && chmod 755 /out/app
+FROM ${BASE} AS unused
+RUN echo unused-stage-ran && exit 7
+FROM base AS tools
+RUN echo tool > /tool.txt
+FROM tools AS tools2
+RUN echo tool2 >> /tool.txt
+FROM base
+COPY --from=build /out/app /usr/local/bin/app
+COPY --from=build /out/ /opt/out/
+COPY --from=0 /base.txt copied.txt
+COPY --from=tools2 /tool.txt /tool.txt
+COPY --from=` + image + ` /bin/busybox /opt/bb
+`
+	log = nil
+	multi, err := c.BuildTemplate(ctx, "k8s-multi", client.BuildTemplateOptions{}, dockerContext(t, dockerfile), func(line string) { log = append(log, line) })
+	if err != nil {
+		t.Fatalf("multi-stage build: %v\nlog:\n%s\n%s", err, strings.Join(log, "\n"), d.Logs())
+	}
+	joined = strings.Join(log, "\n")
+	for _, want := range []string{"Step 1/16 : FROM " + image + " AS base", "Step 11/16 : FROM base", "Step 16/16 : COPY --from=" + image, "saving stage 0", "going on in the box of stage tools"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("the multi-stage build's log lacks %q:\n%s", want, joined)
+		}
+	}
+	if strings.Contains(joined, "unused-stage-ran") {
+		t.Errorf("a stage the last one does not need ran:\n%s", joined)
+	}
+	if registryHas(t, env, multi.Image+"-stage1") {
+		t.Errorf("the saved stage's image %s-stage1 is left in the registry", multi.Image)
+	}
+	if list, _ := c.ListSandboxes(ctx, client.ListOptions{}); len(list) != 0 {
+		t.Errorf("sandboxes left after the multi-stage build: %+v", list)
+	}
+	sb, err = c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: multi.Name})
+	if err != nil {
+		t.Fatalf("create from the multi-stage template: %v\n%s", err, d.Logs())
+	}
+	got = execOK(t, c, sb.ID, `app=/usr/local/bin/app; test -x $app && cat $app /opt/out/app /opt/out/sub/lib.txt /w/copied.txt /base.txt /tool.txt && `+
+		`readlink /opt/out/link && cat /opt/out/link && test -x /opt/bb && cmp /opt/bb /bin/busybox && echo "$FROM_BASE" && stat -c %U $app`)
+	want = "built\nbuilt\nlib\nbase\nbase\ntool\ntool2\nsub/lib.txt\nlib\nyes\nroot\n"
+	if got != want {
+		t.Errorf("the sandbox from the multi-stage template:\n got %q\nwant %q", got, want)
 	}
 }
 
