@@ -24,6 +24,10 @@ K8S_APISERVER_PORT=${HOTCELL_K8S_APISERVER_PORT:-6443}
 # from a sandbox) and the node's containerd pulls them from.
 K8S_REGISTRY=${HOTCELL_K8S_REGISTRY:-127.0.0.1:5055}
 K8S_REGISTRY_USER=hotcell
+# The StorageClass of the controller's hostPath provisioner, and where it
+# makes its volumes (fixed in Kubernetes: /tmp/hostpath_pv).
+K8S_STORAGE_CLASS=hotcell-hostpath
+K8S_HOSTPATH_DIR=/tmp/hostpath_pv
 # containerd's sandbox_image; the pause image is built here and imported
 # under this name, so nothing is ever pulled.
 K8S_PAUSE_IMAGE=registry.k8s.io/pause:3.10.1
@@ -583,6 +587,11 @@ k8s_up() {
 	if [ ! -e "$s/cni-forward-before" ]; then
 		if iptables -w -n -L CNI-FORWARD >/dev/null 2>&1; then echo yes; else echo no; fi >"$s/cni-forward-before"
 	fi
+	# The volumes the controller's hostPath provisioner makes, under a fixed
+	# directory: removed at down unless the host had it.
+	if [ ! -e "$s/hostpath-before" ]; then
+		if [ -e "$K8S_HOSTPATH_DIR" ]; then echo yes; else echo no; fi >"$s/hostpath-before"
+	fi
 	# kube-proxy's nftables tables, removed at down unless the host had them.
 	if [ ! -e "$s/kube-proxy-before" ]; then
 		if nft list table ip kube-proxy >/dev/null 2>&1 || nft list table ip6 kube-proxy >/dev/null 2>&1; then echo yes; else echo no; fi >"$s/kube-proxy-before"
@@ -629,7 +638,8 @@ k8s_up() {
 		--bind-address=127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
 		--service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
 		--cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
-		--service-cluster-ip-range="$K8S_SERVICE_CIDR" --cert-dir="$s/controller-manager-certs" --profiling=false
+		--service-cluster-ip-range="$K8S_SERVICE_CIDR" --cert-dir="$s/controller-manager-certs" --profiling=false \
+		--enable-hostpath-provisioner
 	k8s_start kube-scheduler "$K8S_BIN_DIR/kube-scheduler" \
 		--kubeconfig="$s/scheduler.kubeconfig" \
 		--authentication-kubeconfig="$s/scheduler.kubeconfig" --authorization-kubeconfig="$s/scheduler.kubeconfig" \
@@ -659,6 +669,20 @@ k8s_up() {
 	# kube-proxy once the node is registered (it reads the node's address).
 	k8s_start kube-proxy "$K8S_BIN_DIR/kube-proxy" --config="$s/kube-proxy.yaml"
 	k8s_wait kube-proxy 60 "$s/log/kube-proxy.log" curl -fs --max-time 2 http://127.0.0.1:10256/healthz || return 1
+	# The default StorageClass, with a real provisioner: the controller's own
+	# hostPath one (one node, volumes in K8S_HOSTPATH_DIR, removed with their
+	# claims).
+	k8s_kubectl apply -f - >/dev/null <<YAML || return 1
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: $K8S_STORAGE_CLASS
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: kubernetes.io/host-path
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+YAML
 	if [ -e "$s/containerd/gvisor" ]; then
 		k8s_kubectl apply -f - >/dev/null <<YAML || return 1
 apiVersion: node.k8s.io/v1
@@ -690,6 +714,7 @@ HOTCELL_K8S_NODE=$K8S_NODE
 HOTCELL_K8S_REGISTRY=$K8S_REGISTRY
 HOTCELL_K8S_REGISTRY_USER=$K8S_REGISTRY_USER
 HOTCELL_K8S_REGISTRY_PASSWORD=$(cat "$K8S_STATE/registry/password" 2>/dev/null)
+HOTCELL_K8S_STORAGE_CLASS=$K8S_STORAGE_CLASS
 ENV
 }
 
@@ -827,23 +852,26 @@ k8s_down() {
 	rmdir /var/log/containers 2>/dev/null || true
 	rm -f /var/lib/cni/results/hotcell-k8s-*
 	rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
-	local fwd kp
+	local fwd kp hp
 	fwd=$(cat "$s/cni-forward-before" 2>/dev/null || echo yes)
 	kp=$(cat "$s/kube-proxy-before" 2>/dev/null || echo yes)
+	hp=$(cat "$s/hostpath-before" 2>/dev/null || echo yes)
+	# Volumes of claims the cluster did not delete before it stopped.
+	[ "$hp" = yes ] || rm -rf "$K8S_HOSTPATH_DIR"
 	rm -rf "$s"
-	if ! k8s_leftovers "$fwd" "$kp"; then
+	if ! k8s_leftovers "$fwd" "$kp" "$hp"; then
 		printf 'error: the test cluster left the above behind\n' >&2
 		return 1
 	fi
 	log "the test cluster is down ($((SECONDS - start)) s)"
 }
 
-# k8s_leftovers [CNI_FORWARD_BEFORE [KUBE_PROXY_BEFORE]] prints whatever of
-# a cluster is still on the host (processes, the state directory, mounts,
-# cgroups, the bridge, network namespaces holding a pod address, the
-# firewall plugin's chain and kube-proxy's tables when the cluster made
-# them, the kubelet's and CNI's stray files) and fails
-# if there is any.
+# k8s_leftovers [CNI_FORWARD_BEFORE [KUBE_PROXY_BEFORE [HOSTPATH_BEFORE]]]
+# prints whatever of a cluster is still on the host (processes, the state
+# directory, mounts, cgroups, the bridge, network namespaces holding a pod
+# address, the firewall plugin's chain, kube-proxy's tables and the
+# provisioner's volume directory when the cluster made them, the kubelet's
+# and CNI's stray files) and fails if there is any.
 k8s_leftovers() {
 	local s=$K8S_STATE left=0 m
 	pgrep -a -f -- "^($K8S_BIN_DIR/|$ETCD_BIN_DIR/etcd|containerd --config $s/|docker-registry serve $s/)" && left=1
@@ -867,6 +895,10 @@ k8s_leftovers() {
 			left=1
 		fi
 	done
+	if [ "${3:-yes}" = no ] && [ -e "$K8S_HOSTPATH_DIR" ]; then
+		echo "left: $K8S_HOSTPATH_DIR"
+		left=1
+	fi
 	if [ "${1:-yes}" = no ] && iptables -w -n -L CNI-FORWARD >/dev/null 2>&1; then
 		echo "left: iptables chain CNI-FORWARD"
 		left=1

@@ -47,7 +47,13 @@ type Env struct {
 	// loopback), which its node pulls from, with RegistryUser's
 	// RegistryPassword on every call.
 	Registry, RegistryUser, RegistryPassword string
+	// StorageClass is a class whose provisioner makes volumes for claims
+	// (the controller manager's hostPath one: HostPathDir on this host).
+	StorageClass string
 }
+
+// HostPathDir is where the test cluster's StorageClass makes its volumes.
+const HostPathDir = "/tmp/hostpath_pv"
 
 // RegistrySecretName is the Secret RegistrySecret makes.
 const RegistrySecretName = "hotcell-registry"
@@ -97,9 +103,10 @@ func load() (*Env, error) {
 		Registry:         vars["HOTCELL_K8S_REGISTRY"],
 		RegistryUser:     vars["HOTCELL_K8S_REGISTRY_USER"],
 		RegistryPassword: vars["HOTCELL_K8S_REGISTRY_PASSWORD"],
+		StorageClass:     vars["HOTCELL_K8S_STORAGE_CLASS"],
 	}
-	if e.Kubeconfig == "" || e.HostIP == "" || e.KubectlPath == "" || e.Containerd == "" || e.Node == "" || e.Registry == "" || e.RegistryPassword == "" {
-		return nil, fmt.Errorf("%s lacks some of HOTCELL_K8S_KUBECONFIG, _HOST_IP, _KUBECTL, _CONTAINERD, _NODE, _REGISTRY, _REGISTRY_PASSWORD (a cluster up from before the registry: sudo scripts/k8s down && sudo scripts/k8s up)", path)
+	if e.Kubeconfig == "" || e.HostIP == "" || e.KubectlPath == "" || e.Containerd == "" || e.Node == "" || e.Registry == "" || e.RegistryPassword == "" || e.StorageClass == "" {
+		return nil, fmt.Errorf("%s lacks some of HOTCELL_K8S_KUBECONFIG, _HOST_IP, _KUBECTL, _CONTAINERD, _NODE, _REGISTRY, _REGISTRY_PASSWORD, _STORAGE_CLASS (a cluster up from before them: sudo scripts/k8s down && sudo scripts/k8s up)", path)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -156,12 +156,14 @@ func (c tcpChannel) Listen(t *testing.T, s driver.Spec) *agentconn.Conn {
 	return conn
 }
 
-// TestConformanceTCP runs the suite with the agent channel a pod on any
-// node would use: each box's agent dials the daemon's TCP listener with
-// TLS and its own credential, from the dial file the driver mounts from
-// the box's record Secret.
+// TestConformanceTCP runs the suite as on a cluster of many nodes: each
+// box's agent dials the daemon's TCP listener with TLS and its own
+// credential, from the dial file the driver mounts from the box's record
+// Secret; and its workspace is a claim of a StorageClass, whose
+// provisioner makes the volume.
 func TestConformanceTCP(t *testing.T) {
-	d, image, env := clusterDriverOn(t, false)
+	class := testk8s.Cluster(t).StorageClass
+	d, image, env := clusterDriverOn(t, false, func(c *kubernetes.Config) { c.WorkspaceHostDir, c.StorageClass = "", class })
 	ch := newTCPChannel(t, env.HostIP)
 	drivertest.Run(t, drivertest.Harness{
 		Driver:  d,

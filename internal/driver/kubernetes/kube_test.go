@@ -18,6 +18,7 @@ import (
 	"github.com/hotcell/hotcell/internal/driver"
 	"github.com/hotcell/hotcell/internal/driver/kubernetes"
 	"github.com/hotcell/hotcell/internal/errdefs"
+	"github.com/hotcell/hotcell/internal/testk8s"
 	"github.com/hotcell/hotcell/internal/wire"
 )
 
@@ -68,11 +69,28 @@ func waitAgent(t *testing.T, c *agentconn.Conn) {
 // TestWorkspaceKeptAcrossStop checks what stop and start mean on a
 // cluster: stop deletes the pod and keeps the claim, start makes a new pod
 // on the same workspace, and destroy removes the claim, its volume and the
-// directory on the node. It also checks that the box holds no credential
-// of the cluster.
+// directory on the node. It does so with the volumes the driver makes
+// itself (kubernetes_workspace_host_dir) and with those of a StorageClass's
+// provisioner (the test cluster's, the controller manager's hostPath one).
+// It also checks that the box holds no credential of the cluster.
 func TestWorkspaceKeptAcrossStop(t *testing.T) {
 	t.Parallel()
-	d, image := clusterDriver(t)
+	t.Run("HostDir", func(t *testing.T) {
+		t.Parallel()
+		d, image := clusterDriver(t)
+		testWorkspaceKept(t, d, image, "")
+	})
+	t.Run("StorageClass", func(t *testing.T) {
+		t.Parallel()
+		class := testk8s.Cluster(t).StorageClass
+		d, image, _ := clusterDriverOn(t, true, func(c *kubernetes.Config) { c.WorkspaceHostDir, c.StorageClass = "", class })
+		testWorkspaceKept(t, d, image, class)
+	})
+}
+
+// testWorkspaceKept is TestWorkspaceKeptAcrossStop on d, whose claims are
+// of class (provisioned), or of the driver's own volumes when it is "".
+func testWorkspaceKept(t *testing.T, d *kubernetes.Driver, image, class string) {
 	ctx, c, ns := t.Context(), d.Client().CoreV1(), d.Namespace()
 	spec, listen := newBox(t, d, image)
 	must(t, "create", d.Create(ctx, spec))
@@ -132,19 +150,37 @@ func TestWorkspaceKeptAcrossStop(t *testing.T) {
 	if err := conn.DoJSON(ctx, "GET", "/v1/fs/stat?path=/workspace/kept", nil, &fi); err != nil || fi.Type != wire.FileTypeDir {
 		t.Errorf("the workspace after stop and start: stat /workspace/kept: got %+v, %v; want the directory made before the stop", fi, err)
 	}
-	pvs, err := c.PersistentVolumes().List(ctx, metav1.ListOptions{LabelSelector: driver.LabelID + "=" + spec.ID})
-	must(t, "list volumes", err)
-	if len(pvs.Items) != 1 || pvs.Items[0].Spec.HostPath == nil {
-		t.Fatalf("workspace volumes of %s: got %d, want one on the node's disk", spec.ID, len(pvs.Items))
+	claim, err := c.PersistentVolumeClaims(ns).Get(ctx, kubernetes.ClaimName(spec.ID), metav1.GetOptions{})
+	must(t, "get claim", err)
+	pv, err := c.PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{})
+	must(t, "get the claim's volume", err)
+	if pv.Spec.HostPath == nil || pv.Spec.StorageClassName != class {
+		t.Fatalf("the workspace volume of %s: class %q, %+v; want one of class %q on the node's disk", spec.ID, pv.Spec.StorageClassName, pv.Spec.PersistentVolumeSource, class)
 	}
-	hostDir := pvs.Items[0].Spec.HostPath.Path
+	hostDir := pv.Spec.HostPath.Path
+	if class != "" && (!strings.HasPrefix(hostDir, testk8s.HostPathDir+"/") || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete) {
+		t.Errorf("the provisioned volume: %s, reclaim %s; want one the provisioner made in %s, deleted with its claim", hostDir, pv.Spec.PersistentVolumeReclaimPolicy, testk8s.HostPathDir)
+	}
 	if _, err := os.Stat(filepath.Join(hostDir, "kept")); err != nil {
 		t.Errorf("the workspace on the node: %v", err)
 	}
 
 	must(t, "destroy", d.Destroy(ctx, spec.ID))
-	if _, err := os.Stat(hostDir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the workspace directory on the node after destroy: got %v, want it gone", err)
+	// The driver removes its own volume's directory; a provisioner deletes
+	// its volume once the claim is gone, in its own time.
+	deadline = time.Now().Add(2 * time.Minute)
+	for {
+		_, err := os.Stat(hostDir)
+		// Gone, or going (the protection finalizer may hold it a moment).
+		v, perr := c.PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		if errors.Is(err, os.ErrNotExist) && (perr != nil || v.DeletionTimestamp != nil) {
+			break
+		}
+		if class == "" || time.Now().After(deadline) {
+			t.Errorf("the workspace after destroy: directory %s: %v, volume %s: %v; want both gone", hostDir, err, pv.Name, perr)
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	// The claim's protection finalizer may hold it a moment; it must be going.
 	if claim, err := c.PersistentVolumeClaims(ns).Get(ctx, kubernetes.ClaimName(spec.ID), metav1.GetOptions{}); err == nil && claim.DeletionTimestamp == nil {
