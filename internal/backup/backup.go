@@ -81,8 +81,15 @@ type Sandboxes interface {
 
 // Options configure a Service.
 type Options struct {
-	DataDir string
-	Store   Store
+	// Dir is where backups are kept (config's BackupsPath).
+	Dir   string
+	Store Store
+	// Shared says other daemons may serve the store (a set, on the
+	// kubernetes driver): their backups are recorded there too, kept in
+	// their Dir, which may be this one (a volume the set mounts) or not.
+	// Recover then leaves alone what another daemon may be writing, and a
+	// record whose file is not in Dir.
+	Shared bool
 	// Sandboxes is the sandbox manager.
 	Sandboxes Sandboxes
 	// Keep is how many backups (not counting snapshots' workspaces) each
@@ -153,7 +160,7 @@ func newID(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
-func (s *Service) root() string { return filepath.Join(s.opts.DataDir, "backups") }
+func (s *Service) root() string { return s.opts.Dir }
 
 func (s *Service) dir(sandboxID string) string {
 	return filepath.Join(s.root(), sandboxID)
@@ -169,9 +176,17 @@ func (s *Service) file(b wire.Backup) string {
 
 const tmpPrefix = ".tmp-"
 
+// sharedGrace is how old a file of a shared Dir must be before Recover
+// takes it for one a killed daemon left: another daemon of the set may
+// still be writing a younger one (a backup's file is written at least
+// every backup_idle_timeout, and recorded as soon as it is renamed).
+const sharedGrace = time.Hour
+
 // Recover removes what a daemon killed during a backup or upload left:
 // temp files, and finished files that were never recorded. A record whose
-// file is gone is dropped, so nothing listed is known to be missing.
+// file is gone is dropped, so nothing listed is known to be missing. On a
+// shared store it drops no record (the file may be in another daemon's
+// Dir) and removes only files older than sharedGrace.
 func (s *Service) Recover(ctx context.Context) error {
 	root := s.root()
 	if err := os.MkdirAll(root, 0o700); err != nil {
@@ -182,16 +197,25 @@ func (s *Service) Recover(ctx context.Context) error {
 		return err
 	}
 	known := map[string]bool{}
+	elsewhere := 0
 	for _, b := range recs {
 		p := s.file(b)
+		known[p] = true
 		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			if s.opts.Shared {
+				elsewhere++
+				continue
+			}
 			s.log.Warn("backup file is missing; dropping its record", "sandbox", b.SandboxID, "backup", b.ID, "path", p)
 			if err := s.opts.Store.DeleteBackup(ctx, b.SandboxID, b.ID); err != nil {
 				return err
 			}
 			continue
 		}
-		known[p] = true
+	}
+	if elsewhere > 0 {
+		s.log.Warn("backups recorded in the store have no file in this daemon's backup_dir: they were taken by a daemon whose backup_dir is not this one, and this daemon cannot restore them; give every daemon of the set the same backup_dir, a volume they all mount (docs/kubernetes.md, Backups on a set of daemons)",
+			"backups", elsewhere, "backupDir", root)
 	}
 	dirs, err := os.ReadDir(root)
 	if err != nil {
@@ -209,6 +233,11 @@ func (s *Service) Recover(ctx context.Context) error {
 			p := filepath.Join(root, d.Name(), f.Name())
 			if known[p] {
 				continue
+			}
+			if s.opts.Shared {
+				if fi, err := f.Info(); err != nil || time.Since(fi.ModTime()) < sharedGrace {
+					continue // another daemon's, being written or just renamed
+				}
 			}
 			s.log.Info("removing an unfinished or unrecorded backup file", "path", p)
 			if err := os.Remove(p); err != nil {
@@ -538,11 +567,27 @@ func (s *Service) Open(ctx context.Context, sandboxID, id string) (*os.File, wir
 	if err != nil {
 		return nil, b, err
 	}
-	f, err := os.Open(s.file(b))
+	f, err := s.openFile(b)
 	if err != nil {
-		return nil, b, fmt.Errorf("open backup %s: %w", id, err)
+		return nil, b, err
 	}
 	return f, b, nil
+}
+
+// openFile opens a backup's file. One missing on a shared store was most
+// likely taken by a daemon whose backup_dir is not this one's: the error
+// says so, and what to do.
+func (s *Service) openFile(b wire.Backup) (*os.File, error) {
+	f, err := os.Open(s.file(b))
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, os.ErrNotExist) && s.opts.Shared:
+		return nil, fmt.Errorf("backup %s: its file is not in this daemon's backup_dir (%s): another daemon of the set took it, and its backup_dir is not this one's; give every daemon the same backup_dir, a volume they all mount (docs/kubernetes.md, Backups on a set of daemons): %w", b.ID, s.root(), errdefs.ErrConflict)
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("backup %s: its file is missing: %w", b.ID, errdefs.ErrConflict)
+	}
+	return nil, fmt.Errorf("open backup %s: %w", b.ID, err)
 }
 
 // Delete removes a backup. A snapshot's workspace goes with its snapshot.

@@ -88,7 +88,7 @@ func (fakeSandboxes) Event(context.Context, string, string, string, map[string]s
 func newTestService(t *testing.T, l Limits, free func() int64) (*Service, *memStore) {
 	t.Helper()
 	st := &memStore{}
-	s := New(Options{DataDir: t.TempDir(), Store: st, Sandboxes: fakeSandboxes{}, Limits: l})
+	s := New(Options{Dir: t.TempDir(), Store: st, Sandboxes: fakeSandboxes{}, Limits: l})
 	s.statfs = func(string) (int64, error) { return free(), nil }
 	if err := s.Recover(t.Context()); err != nil {
 		t.Fatal(err)

@@ -59,9 +59,9 @@ func (s *Service) restoreInto(ctx context.Context, conn *agentconn.Conn, targetI
 	if err != nil {
 		return res, err
 	}
-	f, err := os.Open(s.file(b))
+	f, err := s.openFile(b)
 	if err != nil {
-		return res, fmt.Errorf("restore backup %s: its file is missing (%v); restore refused, the workspace is unchanged: %w", backupID, err, errdefs.ErrConflict)
+		return res, fmt.Errorf("restore refused, the workspace is unchanged: %w", err)
 	}
 	defer f.Close()
 	// Check the file before anything goes to the sandbox: a corrupted or

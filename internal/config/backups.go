@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"path/filepath"
+	"time"
+)
 
 // Shipped backup limits: sized for a small host, where one sandbox's
 // backups must not be able to fill the disk that holds the store. A
@@ -13,7 +16,7 @@ const (
 	DefaultBackupIdleTimeout = 2 * time.Minute
 )
 
-// validateBackups checks the backup limits.
+// validateBackups checks the backup limits and directory.
 func (c *Config) validateBackups(bad func(key string, value any, format string, args ...any) error) error {
 	for _, b := range []struct {
 		key string
@@ -25,6 +28,12 @@ func (c *Config) validateBackups(bad func(key string, value any, format string, 
 	}
 	if c.BackupIdleTimeout <= 0 {
 		return bad("backup_idle_timeout", c.BackupIdleTimeout, "must be greater than 0")
+	}
+	if c.BackupDir != "" && (!filepath.IsAbs(c.BackupDir) || filepath.Clean(c.BackupDir) == "/") {
+		return bad("backup_dir", c.BackupDir, "must be an absolute directory other than /, or empty for data_dir/backups")
+	}
+	if c.BackupDir != "" {
+		c.BackupDir = filepath.Clean(c.BackupDir)
 	}
 	return nil
 }

@@ -174,6 +174,9 @@ type Config struct {
 	// leave on the data dir's disk, how long a backup stream may stall.
 	BackupMaxSize, BackupQuota, MinFreeDisk int64
 	BackupIdleTimeout                       time.Duration
+	// BackupDir is where backups and snapshots' workspaces are kept;
+	// empty for data_dir/backups (BackupsPath).
+	BackupDir string
 	// DiskCheckInterval: how often each running sandbox's writable layer
 	// is measured against its disk limit.
 	DiskCheckInterval time.Duration
@@ -313,6 +316,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.BackupQuota }},
 	{"min_free_disk", kindBytes, "bytes backups and snapshots leave free on the data dir's filesystem: one that would go below is refused (507) or aborted (0: only a full disk stops them)",
 		func(c *Config) any { return &c.MinFreeDisk }},
+	{"backup_dir", kindString, "absolute directory for backups and snapshots' workspaces (default: data_dir/backups); on a set of daemons, a volume every daemon mounts, or a backup is only on the daemon that took it",
+		func(c *Config) any { return &c.BackupDir }},
 	{"backup_idle_timeout", kindDuration, "a backup whose tar stream from the agent delivers nothing for this long is aborted",
 		func(c *Config) any { return &c.BackupIdleTimeout }},
 	{"template_build_timeout", kindDuration, "longest a template build may take; one still running then is stopped and records nothing",
@@ -884,6 +889,14 @@ func (c Config) ListenHost() string {
 
 // TokenPath is the file holding the daemon's API token.
 func (c Config) TokenPath() string { return filepath.Join(c.DataDir, "token") }
+
+// BackupsPath is where backups are kept: backup_dir, else data_dir/backups.
+func (c Config) BackupsPath() string {
+	if c.BackupDir != "" {
+		return c.BackupDir
+	}
+	return filepath.Join(c.DataDir, "backups")
+}
 
 // DBPath is the SQLite database file.
 func (c Config) DBPath() string { return filepath.Join(c.DataDir, "hotcell.db") }

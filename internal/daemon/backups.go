@@ -19,7 +19,14 @@ import (
 // service: a create that restores a backup gets its populate step from it.
 func startBackups(ctx context.Context, cfg config.Config, st *store.Store, snap driver.Snapshotter, mgr *sandbox.Manager, ops *inflight.Group, log *slog.Logger) (*backup.Service, error) {
 	limits := backup.Limits{MaxSize: cfg.BackupMaxSize, Quota: cfg.BackupQuota, MinFree: cfg.MinFreeDisk, IdleTimeout: cfg.BackupIdleTimeout}
-	opts := backup.Options{DataDir: cfg.DataDir, Store: st, Sandboxes: mgr, Snapshotter: snap, Ops: ops, Limits: limits, Log: log}
+	// On the kubernetes driver several daemons may serve the store, each
+	// recording its backups there.
+	shared := cfg.Kubernetes() && cfg.Store != ""
+	opts := backup.Options{Dir: cfg.BackupsPath(), Shared: shared, Store: st, Sandboxes: mgr, Snapshotter: snap, Ops: ops, Limits: limits, Log: log}
+	if shared && cfg.BackupDir == "" {
+		log.Warn("backups and snapshots' workspaces are kept in this daemon's data dir: on a set of daemons, another daemon cannot restore them, and they go with this daemon's disk; set backup_dir to a volume every daemon of the set mounts (docs/kubernetes.md, Backups on a set of daemons)",
+			"backupDir", opts.Dir)
+	}
 	if snap == nil && cfg.Kubernetes() {
 		opts.NoSnapshots = "the kubernetes driver cannot snapshot sandboxes without a registry to keep the images in: set kubernetes_registry (docs/kubernetes.md, Snapshots)"
 	}

@@ -43,7 +43,7 @@ func TestKubernetesDeploymentManifest(t *testing.T) {
 	out := env.MustKubectl(t, "-n", ns, "apply", "--dry-run=server", "-f", filepath.Join(root, "deploy/kubernetes/hotcell.yaml"), "-o", "name")
 	for _, want := range []string{"serviceaccount/hotcell", "role.rbac.authorization.k8s.io/hotcell", "rolebinding.rbac.authorization.k8s.io/hotcell",
 		"clusterrole.rbac.authorization.k8s.io/hotcell", "clusterrolebinding.rbac.authorization.k8s.io/hotcell", "service/hotcell", "deployment.apps/hotcell",
-		"poddisruptionbudget.policy/hotcell"} {
+		"poddisruptionbudget.policy/hotcell", "persistentvolumeclaim/hotcell-backups"} {
 		if !strings.Contains(out, want+"\n") && !strings.HasSuffix(out, want) {
 			t.Errorf("the dry run did not make %s:\n%s", want, out)
 		}
@@ -60,7 +60,11 @@ func TestKubernetesDeploymentManifest(t *testing.T) {
 // (deleted with no grace period): the Service keeps only the ready one,
 // the sandbox's agent redials through the Service, and exec, its files and
 // gateway calls carry on, while the Deployment brings a second daemon
-// back.
+// back. The workspace, a claim of the cluster's default StorageClass, is
+// kept across a stop and a start; a snapshot's sandbox is made after the
+// daemon that took it was killed (its workspace is on the backups' claim
+// every daemon mounts); and a two-stage Dockerfile is built in sandboxes
+// the daemons' pods run, committed to the registry through a forwarder.
 func TestKubernetesDeployment(t *testing.T) {
 	env := testk8s.Cluster(t)
 	ns := env.Namespace(t)
@@ -91,6 +95,11 @@ func TestKubernetesDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	upURL.Host = forward(t, net.JoinHostPort(env.HostIP, "0"), upURL.Host)
+	// The registry the daemons push snapshots and builds to: the node's
+	// containerd pulls from it on loopback, the daemons' pods push through
+	// a forwarder on the bridge (kubernetes_registry_url).
+	registryURL := "http://" + forward(t, net.JoinHostPort(env.HostIP, "0"), env.Registry)
+	registrySecret := env.RegistrySecret(t, ns)
 
 	root, err := testenv.ModuleRoot()
 	if err != nil {
@@ -121,9 +130,15 @@ func TestKubernetesDeployment(t *testing.T) {
 		doc = strings.ReplaceAll(doc, manifestServiceIP, svcIP)
 		if strings.Contains(doc, "\nkind: Deployment\n") {
 			doc = withProviders(t, doc)
+			// The registry flags its comment shows: the registry as the
+			// node pulls, as the daemons' pods push, and its Secret. A
+			// build's sandbox asks for little of the test node's 2 CPUs.
+			doc = withFlags(t, doc, "--kubernetes-registry="+env.Registry, "--kubernetes-registry-url="+registryURL,
+				"--kubernetes-registry-secret="+registrySecret, "--template-build-limits=cpus=0.25,memory=256")
 		}
 		objs[i] = doc
 	}
+	backupsClaim(t, env, ns, objs)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -177,8 +192,8 @@ func TestKubernetesDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	persist := false // the test cluster has no volume provisioner
-	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Image: testenv.BusyboxImage(t), Persist: &persist,
+	// The workspace is a claim of the cluster's default StorageClass.
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Image: testenv.BusyboxImage(t),
 		Gateway: []string{"openai"}, Limits: client.Limits{CPUs: 0.1, MemoryMB: 128}})
 	if err != nil {
 		t.Fatalf("create through the Service: %v", err)
@@ -267,12 +282,81 @@ func TestKubernetesDeployment(t *testing.T) {
 		return nil
 	})
 
+	// The workspace is a claim of the default StorageClass, made by its
+	// provisioner: kept across a stop and a start through the Service.
+	if got := strings.TrimSpace(env.MustKubectl(t, "-n", ns, "get", "pvc", kubernetes.ClaimName(sb.ID), "-o", "jsonpath={.status.phase} {.spec.storageClassName}")); got != "Bound "+env.StorageClass {
+		t.Errorf("the sandbox's workspace claim: %q, want Bound, of class %s", got, env.StorageClass)
+	}
+	if _, err := c.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("stop through the Service: %v", err)
+	}
+	if _, err := c.StartSandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("start through the Service: %v", err)
+	}
+	if got := execOK(t, c, sb.ID, "cat /workspace/note"); got != "kept\n" {
+		t.Errorf("the workspace after stop and start: %q", got)
+	}
+
+	// A snapshot through the Service: its root filesystem pushed to the
+	// registry by a daemon's pod, its workspace in the backups' claim
+	// every daemon mounts. The daemon that took it is killed; a sandbox
+	// made from it through the Service has both.
+	execOK(t, c, sb.ID, "echo in-root > /etc/snap-mark")
+	sn, err := c.CreateSnapshot(ctx, sb.ID)
+	if err != nil {
+		t.Fatalf("snapshot through the Service: %v", err)
+	}
+	if holder, ok, err := st.SessionHolder(ctx, sb.ID); err != nil || !ok {
+		t.Fatalf("the holder of %s's agent session: %v, %v", sb.ID, ok, err)
+	} else {
+		env.MustKubectl(t, "-n", ns, "delete", "pod", podAt(t, env, ns, holder.URL), "--grace-period=0", "--force")
+	}
+	var fork client.Sandbox
+	eventually(t, 90*time.Second, "a sandbox from the snapshot through the Service, its daemon killed", func() error {
+		fork, err = c.CreateSandbox(ctx, client.CreateSandboxRequest{Snapshot: sn.ID})
+		return err
+	})
+	if got := execOK(t, c, fork.ID, "cat /etc/snap-mark /workspace/note"); got != "in-root\nkept\n" {
+		t.Errorf("the sandbox from the snapshot: %q, want its root filesystem's file and its workspace", got)
+	}
+	if err := c.DeleteSandbox(ctx, fork.ID); err != nil {
+		t.Errorf("destroy %s: %v", fork.ID, err)
+	}
+	rollout("after the second kill")
+
+	// A template built through the Service, in a sandbox a daemon's pod
+	// runs, and committed to the registry.
+	var buildLog []string
+	tpl, err := c.BuildTemplate(ctx, "built-in-the-deployment", client.BuildTemplateOptions{},
+		dockerContext(t, "FROM "+testenv.BusyboxImage(t)+" AS base\nRUN echo built > /built\nFROM base\nRUN echo second >> /built\n"),
+		func(line string) { buildLog = append(buildLog, line) })
+	if err != nil {
+		t.Fatalf("build through the Service: %v\n%s", err, strings.Join(buildLog, "\n"))
+	}
+	fromTpl, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: tpl.Name})
+	if err != nil {
+		t.Fatalf("create from the built template: %v", err)
+	}
+	if got := execOK(t, c, fromTpl.ID, "cat /built"); got != "built\nsecond\n" {
+		t.Errorf("the sandbox from the built template: %q", got)
+	}
+	if err := c.DeleteSandbox(ctx, fromTpl.ID); err != nil {
+		t.Errorf("destroy %s: %v", fromTpl.ID, err)
+	}
+	if err := c.DeleteSnapshot(ctx, sb.ID, sn.ID); err != nil {
+		t.Errorf("delete the snapshot: %v", err)
+	}
+	if err := c.DeleteTemplate(ctx, tpl.Name, false); err != nil {
+		t.Errorf("delete the template: %v", err)
+	}
+
 	// Code written for E2B, through the Service: envd's process service
 	// (commands.test.mjs, the real e2b SDK) on a sandbox of the base
 	// image, its calls landing on either daemon and forwarded to the one
 	// holding the agent.
 	t.Run("e2b", func(t *testing.T) {
 		e2btest.RequireSDK(t)
+		persist := false
 		base := testenv.BaseImage(t)
 		env.ImportImage(t, base)
 		testk8s.WaitImages(t, drv, base)
@@ -313,6 +397,54 @@ func withProviders(t *testing.T, doc string) string {
 		doc = strings.Replace(doc, r.at, r.at+r.add, 1)
 	}
 	return doc
+}
+
+// withFlags gives the manifest's Deployment doc more flags of hotcell
+// serve.
+func withFlags(t *testing.T, doc string, flags ...string) string {
+	t.Helper()
+	at := "            - --log-format=json\n"
+	if strings.Count(doc, at) != 1 {
+		t.Fatalf("the manifest's Deployment has not one %q", at)
+	}
+	var add strings.Builder
+	for _, f := range flags {
+		add.WriteString("            - " + f + "\n")
+	}
+	return strings.Replace(doc, at, at+add.String(), 1)
+}
+
+// backupsClaim makes the manifest's claim hotcell-backups of objs first,
+// as the test cluster can: ReadWriteOnce (its provisioner offers no
+// other; both daemons' pods are on its one node, which may mount it for
+// both), and its volume made writable by the daemons' uid and gid (the
+// hostPath volume takes no fsGroup). objs gets the claim as made.
+func backupsClaim(t *testing.T, env *testk8s.Env, ns string, objs []string) {
+	t.Helper()
+	i := slices.IndexFunc(objs, func(doc string) bool { return strings.Contains(doc, "\nkind: PersistentVolumeClaim\n") })
+	if i < 0 || !strings.Contains(objs[i], "\n  name: hotcell-backups\n") || !strings.Contains(objs[i], `["ReadWriteMany"]`) {
+		t.Fatal("the manifest has no ReadWriteMany claim hotcell-backups")
+	}
+	objs[i] = strings.Replace(objs[i], `["ReadWriteMany"]`, `["ReadWriteOnce"]`, 1)
+	if _, err := env.Kubectl(t.Context(), strings.NewReader(objs[i]), "-n", ns, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	eventually(t, 60*time.Second, "the backups' claim bound", func() error {
+		out := strings.TrimSpace(env.MustKubectl(t, "-n", ns, "get", "pvc", "hotcell-backups", "-o", "jsonpath={.status.phase} {.spec.volumeName}"))
+		phase, pv, _ := strings.Cut(out, " ")
+		if phase != "Bound" {
+			return fmt.Errorf("the claim is %q", out)
+		}
+		dir = strings.TrimSpace(env.MustKubectl(t, "get", "pv", pv, "-o", "jsonpath={.spec.hostPath.path}"))
+		return nil
+	})
+	if !strings.HasPrefix(dir, testk8s.HostPathDir+"/") {
+		t.Fatalf("the backups' volume is at %q, not one of the test cluster's provisioner", dir)
+	}
+	if err := os.Chown(dir, 65532, 65532); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // podAt returns the name of the hotcell pod whose API is at u, a daemon's

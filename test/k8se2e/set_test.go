@@ -349,3 +349,94 @@ func (s *daemonSet) pods(t *testing.T, id string) []string {
 	out := s.k8s.MustKubectl(t, "-n", s.namespace, "get", "pods", "-l", "hotcell.id="+id, "-o", "name")
 	return strings.Fields(out)
 }
+
+// TestDaemonSetBackups checks backups on a set of daemons. With one
+// backup_dir both mount, a backup taken through A is restored and read
+// through B once A is killed, and a daemon's restart drops no record.
+// With each daemon's own (the default, in its data dir), a daemon's
+// start keeps the other's records (it used to drop every record whose
+// file it lacked), warns that backup_dir is not shared, and a restore of
+// the other's backup is a 409 saying what to do.
+func TestDaemonSetBackups(t *testing.T) {
+	t.Run("shared", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		s := startDaemonSetWith(t, []string{"--backup-dir", dir}, []string{"--backup-dir", dir})
+		ctx := t.Context()
+		a, b := s.a.C, s.b.C
+		sb, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatalf("create through A: %v\n%s", err, s.a.Logs())
+		}
+		execOK(t, a, sb.ID, "echo backed-up > /workspace/note")
+		bk, err := a.CreateBackup(ctx, sb.ID, client.BackupOptions{Gzip: true})
+		if err != nil {
+			t.Fatalf("backup through A: %v\n%s", err, s.a.Logs())
+		}
+		s.a.Stop(syscall.SIGKILL)
+		// B restores it into a sandbox of its own, and reads it whole.
+		fork, err := b.CreateSandbox(ctx, client.CreateSandboxRequest{Restore: &client.RestoreSource{SandboxID: sb.ID, BackupID: bk.ID}})
+		if err != nil {
+			t.Fatalf("create from A's backup through B, A dead: %v\n%s", err, s.b.Logs())
+		}
+		if got := execOK(t, b, fork.ID, "cat /workspace/note"); got != "backed-up\n" {
+			t.Errorf("the sandbox restored through B: %q", got)
+		}
+		var buf bytes.Buffer
+		eventually(t, 60*time.Second, "the download of A's backup through B", func() error {
+			buf.Reset()
+			n, err := b.DownloadBackup(ctx, sb.ID, bk.ID, &buf)
+			if err == nil && n != bk.Size {
+				err = fmt.Errorf("%d bytes, want %d", n, bk.Size)
+			}
+			return err
+		})
+		s.a.Restart()
+		for name, c := range map[string]*client.Client{"A": a, "B": b} {
+			if got, err := c.Backups(ctx, sb.ID); err != nil || len(got) != 1 || got[0].ID != bk.ID {
+				t.Errorf("backups through %s after A's restart: %+v, %v; want %s", name, got, err, bk.ID)
+			}
+		}
+		for _, id := range []string{fork.ID, sb.ID} {
+			if err := b.DeleteSandbox(ctx, id); err != nil {
+				t.Errorf("destroy %s: %v", id, err)
+			}
+		}
+	})
+	t.Run("each its own", func(t *testing.T) {
+		t.Parallel()
+		s := startDaemonSet(t)
+		ctx := t.Context()
+		a, b := s.a.C, s.b.C
+		if !strings.Contains(s.b.Logs(), "set backup_dir to a volume every daemon of the set mounts") {
+			t.Errorf("B's log does not warn that its backups are its own:\n%s", s.b.Logs())
+		}
+		sb, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatalf("create through A: %v\n%s", err, s.a.Logs())
+		}
+		bk, err := a.CreateBackup(ctx, sb.ID, client.BackupOptions{})
+		if err != nil {
+			t.Fatalf("backup through A: %v", err)
+		}
+		s.b.Restart()
+		if got, err := b.Backups(ctx, sb.ID); err != nil || len(got) != 1 || got[0].ID != bk.ID {
+			t.Errorf("backups through B after its restart: %+v, %v; want A's %s kept", got, err, bk.ID)
+		}
+		_, err = b.CreateSandbox(ctx, client.CreateSandboxRequest{Restore: &client.RestoreSource{SandboxID: sb.ID, BackupID: bk.ID}})
+		var apiErr *client.APIError
+		if !errors.As(err, &apiErr) || apiErr.Status != 409 || !strings.Contains(apiErr.Message, "give every daemon the same backup_dir") {
+			t.Errorf("a restore through B of A's backup: got %v, want 409 saying to share backup_dir", err)
+		}
+		// A, which has the file, restores it.
+		fork, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{Restore: &client.RestoreSource{SandboxID: sb.ID, BackupID: bk.ID}})
+		if err != nil {
+			t.Fatalf("a restore through A of its own backup: %v", err)
+		}
+		for _, id := range []string{fork.ID, sb.ID} {
+			if err := a.DeleteSandbox(ctx, id); err != nil {
+				t.Errorf("destroy %s: %v", id, err)
+			}
+		}
+	})
+}
