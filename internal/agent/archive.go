@@ -26,13 +26,24 @@ import (
 
 // extractArchive unpacks a tar (or tar.gz) body into a directory. Archives
 // may come from untrusted backups, so every entry must stay inside the
-// directory; the first one that would not stops the extraction.
+// directory; the first one that would not stops the extraction. With
+// links=any a symlink may point anywhere (a build's files, copied as they
+// are): nothing is ever written through one, whatever its target.
 func (h *handler) extractArchive(w http.ResponseWriter, r *http.Request) error {
-	dir, err := h.queryPath(r.URL.Query(), "path")
+	q := r.URL.Query()
+	dir, err := h.queryPath(q, "path")
 	if err != nil {
 		return err
 	}
-	res, err := extractTar(dir, r.Body)
+	anyLinks := false
+	switch q.Get("links") {
+	case "":
+	case "any":
+		anyLinks = true
+	default:
+		return errdefs.Invalid("links", "%q: want any, or nothing for links that stay inside the directory", q.Get("links"))
+	}
+	res, err := extractTar(dir, r.Body, anyLinks)
 	if err != nil {
 		return err
 	}
@@ -146,6 +157,7 @@ type dirMeta struct {
 type extractor struct {
 	root     string
 	realDirs map[string]bool // rel dirs checked to be real directories (not symlinks)
+	anyLinks bool            // symlinks may point anywhere
 	dirs     []dirMeta
 	asRoot   bool
 	res      wire.ArchiveResult
@@ -158,8 +170,9 @@ type extractor struct {
 // exabyte would keep the agent busy for ever. 1 TiB is read in minutes.
 const maxSparse = 1 << 40
 
-// extractTar extracts r (tar, or gzip-compressed tar) into root.
-func extractTar(root string, r io.Reader) (wire.ArchiveResult, error) {
+// extractTar extracts r (tar, or gzip-compressed tar) into root; with
+// anyLinks a symlink's target is not checked.
+func extractTar(root string, r io.Reader, anyLinks bool) (wire.ArchiveResult, error) {
 	br := bufio.NewReaderSize(r, 4096)
 	var src io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -180,7 +193,7 @@ func extractTar(root string, r io.Reader) (wire.ArchiveResult, error) {
 	if !fi.IsDir() {
 		return wire.ArchiveResult{}, errdefs.Invalid("path", "%s is not a directory", root)
 	}
-	x := &extractor{root: root, realDirs: map[string]bool{"": true}, asRoot: os.Geteuid() == 0}
+	x := &extractor{root: root, realDirs: map[string]bool{"": true}, asRoot: os.Geteuid() == 0, anyLinks: anyLinks}
 	tr := tar.NewReader(src)
 	for {
 		hdr, err := tr.Next()
@@ -329,7 +342,11 @@ func (x *extractor) entry(hdr *tar.Header, body io.Reader) error {
 			return fsErr("extract", target, err)
 		}
 	case tar.TypeSymlink:
-		if err := checkSymlinkTarget(rel, hdr.Linkname); err != nil {
+		if x.anyLinks {
+			if hdr.Linkname == "" || strings.IndexByte(hdr.Linkname, 0) >= 0 {
+				return badEntry(name, "empty symlink target, or one with a NUL byte")
+			}
+		} else if err := checkSymlinkTarget(rel, hdr.Linkname); err != nil {
 			return badEntry(name, "%v", err)
 		}
 		if err := os.Symlink(hdr.Linkname, target); err != nil {

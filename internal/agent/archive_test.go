@@ -170,6 +170,54 @@ func makeTar(t *testing.T, entries []entry) []byte {
 	return buf.Bytes()
 }
 
+// TestArchiveAnyLinks: with links=any (a build's COPY) a symlink may point
+// anywhere, as the files it copies had it, and still nothing is written
+// through one: an entry under a link's name is refused, one at its name
+// replaces the link (a directory too).
+func TestArchiveAnyLinks(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	dir, outside := filepath.Join(base, "dst"), filepath.Join(base, "outside")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	links := []entry{
+		{name: "abs", typ: tar.TypeSymlink, link: outside},
+		{name: "d/up", typ: tar.TypeSymlink, link: "../../../x"},
+		{name: "venv-python", typ: tar.TypeSymlink, link: "/usr/bin/python3"},
+	}
+	if _, err := extractTar(dir, bytes.NewReader(makeTar(t, links)), true); err != nil {
+		t.Fatalf("links=any: %v", err)
+	}
+	for _, e := range links {
+		if got, err := os.Readlink(filepath.Join(dir, e.name)); err != nil || got != e.link {
+			t.Errorf("%s: a link to %q, %v; want %q", e.name, got, err, e.link)
+		}
+	}
+	for _, entries := range [][]entry{
+		{{name: "abs/evil", typ: tar.TypeReg, body: "x"}},
+		{{name: "h", typ: tar.TypeLink, link: "abs/secret"}},
+	} {
+		if _, err := extractTar(dir, bytes.NewReader(makeTar(t, entries)), true); err == nil {
+			t.Errorf("%+v through the link: no error", entries)
+		}
+	}
+	if names, _ := os.ReadDir(outside); len(names) != 0 {
+		t.Errorf("written through the link: %v", names)
+	}
+	if _, err := extractTar(dir, bytes.NewReader(makeTar(t, []entry{{name: "venv-python", typ: tar.TypeReg, body: "file"}})), true); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "venv-python")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("a file at a link's name: %v, %v; want the link replaced", fi, err)
+	}
+	if _, err := extractTar(dir, bytes.NewReader(makeTar(t, []entry{{name: "bad", typ: tar.TypeSymlink}})), true); err == nil {
+		t.Error("a link to nothing: no error")
+	}
+	a := newTestAgent(t)
+	a.callErr("PUT", "/v1/archive", q("path", "x", "links", "some"), "", 400, "links")
+}
+
 func TestArchiveRejectsEscapes(t *testing.T) {
 	t.Parallel()
 	reg := func(name string) entry { return entry{name: name, typ: tar.TypeReg, body: "x"} }
@@ -224,7 +272,7 @@ func TestArchiveRejectsEscapes(t *testing.T) {
 			before := tree(t, base)
 			// A file after the bad entry must not be extracted either.
 			entries := append(tt.entries, reg("after"))
-			_, err := extractTar(dir, bytes.NewReader(makeTar(t, entries)))
+			_, err := extractTar(dir, bytes.NewReader(makeTar(t, entries)), false)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.want)
 			}
@@ -261,7 +309,7 @@ func TestArchiveAllowsInsideLinks(t *testing.T) {
 		{name: "a/b/f2", typ: tar.TypeReg, body: "replaced"},
 		{name: "a/b/f2", typ: tar.TypeReg, body: "again"},
 	}
-	res, err := extractTar(dir, bytes.NewReader(makeTar(t, entries)))
+	res, err := extractTar(dir, bytes.NewReader(makeTar(t, entries)), false)
 	if err != nil {
 		t.Fatalf("extract: %v", err)
 	}

@@ -117,7 +117,7 @@ func (rs *restorer) run(id, want string, body io.Reader) (wire.AgentRestoreResul
 
 	hash := sha256.New()
 	src := io.TeeReader(body, hash)
-	x, err := extractTar(staging, src)
+	x, err := extractTar(staging, src, false)
 	if err != nil {
 		discard()
 		return wire.AgentRestoreResult{}, fmt.Errorf("restore: %w", err)

@@ -37,7 +37,7 @@ func TestArchiveSparse(t *testing.T) {
 	if buf.Len() > 64<<10 {
 		t.Errorf("tar of a 64 MiB sparse file: %d bytes, want under 64 KiB", buf.Len())
 	}
-	if _, err := extractTar(dst, bytes.NewReader(buf.Bytes())); err != nil {
+	if _, err := extractTar(dst, bytes.NewReader(buf.Bytes()), false); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(filepath.Join(dst, "sparse"))
@@ -75,7 +75,7 @@ func TestExtractRefusesHugeSparse(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = tw.Close()
-	_, err = extractTar(t.TempDir(), bytes.NewReader(buf.Bytes()))
+	_, err = extractTar(t.TempDir(), bytes.NewReader(buf.Bytes()), false)
 	if err == nil || !strings.Contains(err.Error(), "sparse") {
 		t.Errorf("got %v, want a refusal of the sparse entry", err)
 	}

@@ -594,10 +594,15 @@ func (c *Conn) do(req *http.Request) (*http.Response, error) {
 }
 
 // PutArchive unpacks the tar (or tar.gz) stream archive into the box's
-// directory dir, made if missing (the agent's PUT /v1/archive). A failed
+// directory dir, made if missing (the agent's PUT /v1/archive). With
+// anyLinks its symlinks may point anywhere, else only inside dir. A failed
 // answer closes archive's side with the error, so its writer stops.
-func (c *Conn) PutArchive(ctx context.Context, dir string, archive io.Reader) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/archive?"+url.Values{"path": {dir}}.Encode(), archive)
+func (c *Conn) PutArchive(ctx context.Context, dir string, archive io.Reader, anyLinks bool) error {
+	q := url.Values{"path": {dir}}
+	if anyLinks {
+		q.Set("links", "any")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://agent/v1/archive?"+q.Encode(), archive)
 	if err != nil {
 		return err
 	}

@@ -218,7 +218,7 @@ func (g gitRunner) output(ctx context.Context, dir string, args ...string) (stri
 func putTree(ctx context.Context, conn *agentconn.Conn, dir, dst string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(treetar.Write(pw, dir, nil)) }()
-	err := conn.PutArchive(ctx, dst, pr)
+	err := conn.PutArchive(ctx, dst, pr, false)
 	pr.CloseWithError(err) // the writer stops, whatever the answer
 	return err
 }

@@ -81,9 +81,10 @@ func (a agentBox) Mkdir(ctx context.Context, dir string) error {
 	return a.conn.DoJSON(ctx, http.MethodPost, "/v1/fs/mkdir", wire.MkdirRequest{Path: dir, Parents: true}, nil)
 }
 
-// Extract unpacks a tar into dir (the agent's PUT /v1/archive).
+// Extract unpacks a tar into dir (the agent's PUT /v1/archive), its
+// symlinks as they are, as Docker's COPY keeps them.
 func (a agentBox) Extract(ctx context.Context, dir string, tar io.Reader) error {
-	return a.conn.PutArchive(ctx, dir, tar)
+	return a.conn.PutArchive(ctx, dir, tar, true)
 }
 
 // Archive streams a tar of path (the agent's GET /v1/archive).

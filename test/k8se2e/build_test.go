@@ -121,7 +121,7 @@ CMD ["sleep", "1"]
 FROM ${BASE} AS base
 ENV FROM_BASE=yes
 WORKDIR /w
-RUN echo base > /base.txt && mkdir -p /out/sub && echo lib > /out/sub/lib.txt && ln -s sub/lib.txt /out/link
+RUN echo base > /base.txt && mkdir -p /out/sub && echo lib > /out/sub/lib.txt && ln -s sub/lib.txt /out/link && ln -s /base.txt /out/abs
 FROM base AS build
 RUN echo built > /out/app && chmod 755 /out/app
 FROM ${BASE} AS unused
@@ -162,8 +162,8 @@ COPY --from=` + image + ` /bin/busybox /opt/bb
 		t.Fatalf("create from the multi-stage template: %v\n%s", err, d.Logs())
 	}
 	got = execOK(t, c, sb.ID, `app=/usr/local/bin/app; test -x $app && cat $app /opt/out/app /opt/out/sub/lib.txt /w/copied.txt /base.txt /tool.txt && `+
-		`readlink /opt/out/link && cat /opt/out/link && test -x /opt/bb && cmp /opt/bb /bin/busybox && echo "$FROM_BASE" && stat -c %U $app`)
-	want = "built\nbuilt\nlib\nbase\nbase\ntool\ntool2\nsub/lib.txt\nlib\nyes\nroot\n"
+		`readlink /opt/out/link && cat /opt/out/link && readlink /opt/out/abs && test -x /opt/bb && cmp /opt/bb /bin/busybox && echo "$FROM_BASE" && stat -c %U $app`)
+	want = "built\nbuilt\nlib\nbase\nbase\ntool\ntool2\nsub/lib.txt\nlib\n/base.txt\nyes\nroot\n"
 	if got != want {
 		t.Errorf("the sandbox from the multi-stage template:\n got %q\nwant %q", got, want)
 	}
