@@ -548,26 +548,32 @@ func (b *builder) copy(ctx context.Context, st Step) error {
 	if !destDir {
 		into = path.Dir(dest)
 	}
+	return b.land(ctx, st, into, destDir, func(w io.Writer, tops map[string]bool) error {
+		return b.writeItems(w, items, destDir, path.Base(dest), tops)
+	})
+}
+
+// land extracts into into the tar write writes (noting the top-level
+// names it writes in tops), then gives them to the COPY's --chown.
+func (b *builder) land(ctx context.Context, st Step, into string, destDir bool, write func(w io.Writer, tops map[string]bool) error) error {
+	chownInto, err := b.isNew(ctx, st, into, destDir)
+	if err != nil {
+		return err
+	}
 	pr, pw := io.Pipe()
 	tops := map[string]bool{}
 	var werr error
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
-		werr = b.writeItems(pw, items, destDir, path.Base(dest), tops)
+		werr = write(pw, tops)
 		pw.CloseWithError(werr)
 	}()
-	chownInto, err := b.isNew(ctx, st, into, destDir)
-	if err != nil {
-		pr.CloseWithError(errCopyEnded)
-		<-written
-		return err
-	}
 	err = b.box.Extract(ctx, into, pr)
 	pr.CloseWithError(errCopyEnded)
 	<-written
-	// What the context's side failed with says more than the box's view
-	// of a stream cut short.
+	// What the writing side failed with says more than the box's view of
+	// a stream cut short.
 	if werr != nil && !errors.Is(werr, errCopyEnded) {
 		return werr
 	}
@@ -636,61 +642,38 @@ func (b *builder) copyFrom(ctx context.Context, st Step) error {
 	if err != nil {
 		return b.fromErr(st, paths[0], err)
 	}
+	defer first.Close() // closed once read too; this, when land fails first
 	into, name := dest, ""
 	if !dir && !destDir {
 		into, name = path.Dir(dest), path.Base(dest)
 	}
 	destDir = destDir || dir
-	pr, pw := io.Pipe()
-	tops := map[string]bool{}
-	var werr error
-	written := make(chan struct{})
-	go func() {
-		defer close(written)
-		tw := tar.NewWriter(pw)
-		werr = func() error {
-			rc, dir := first, dir
-			for i, p := range paths {
-				if i > 0 {
-					var err error
-					if rc, dir, err = src.Archive(ctx, p); err != nil {
-						return b.fromErr(st, p, err)
-					}
-				}
-				err := retar(tw, rc, func(n string) string {
-					if dir {
-						return n
-					}
-					if name != "" {
-						return name
-					}
-					return path.Base(p)
-				}, tops)
-				rc.Close()
-				if err != nil {
-					return fmt.Errorf("copy %s of %s: %w", p, st.CopyFrom, err)
+	return b.land(ctx, st, into, destDir, func(w io.Writer, tops map[string]bool) error {
+		tw := tar.NewWriter(w)
+		rc, dir := first, dir
+		for i, p := range paths {
+			if i > 0 {
+				var err error
+				if rc, dir, err = src.Archive(ctx, p); err != nil {
+					return b.fromErr(st, p, err)
 				}
 			}
-			return tw.Close()
-		}()
-		pw.CloseWithError(werr)
-	}()
-	chownInto, err := b.isNew(ctx, st, into, destDir)
-	if err != nil {
-		pr.CloseWithError(errCopyEnded)
-		<-written
-		return err
-	}
-	err = b.box.Extract(ctx, into, pr)
-	pr.CloseWithError(errCopyEnded)
-	<-written
-	if werr != nil && !errors.Is(werr, errCopyEnded) {
-		return werr
-	}
-	if err != nil {
-		return err
-	}
-	return b.chown(ctx, st, into, tops, chownInto)
+			err := retar(tw, rc, func(n string) string {
+				switch {
+				case dir:
+					return n
+				case name != "":
+					return name
+				}
+				return path.Base(p)
+			}, tops)
+			rc.Close()
+			if err != nil {
+				return fmt.Errorf("copy %s of %s: %w", p, st.CopyFrom, err)
+			}
+		}
+		return tw.Close()
+	})
 }
 
 // fromErr is a COPY --from source the other box could not give.
