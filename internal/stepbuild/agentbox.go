@@ -99,3 +99,13 @@ func (a agentBox) Archive(ctx context.Context, p string) (io.ReadCloser, bool, e
 	}
 	return resp.Body, resp.Header.Get(wire.HeaderArchiveOf) != wire.ArchiveOfFile, nil
 }
+
+// Move renames from to to (the agent's POST /v1/fs/move).
+func (a agentBox) Move(ctx context.Context, from, to string) error {
+	return a.conn.DoJSON(ctx, http.MethodPost, "/v1/fs/move", wire.MoveRequest{From: from, To: to}, nil)
+}
+
+// Remove removes p and what is under it (the agent's DELETE /v1/files).
+func (a agentBox) Remove(ctx context.Context, p string) error {
+	return a.conn.DoJSON(ctx, http.MethodDelete, "/v1/files?"+url.Values{"path": {p}, "recursive": {"true"}}.Encode(), nil, nil)
+}

@@ -79,6 +79,9 @@ type Step struct {
 	// FromStage is the earlier stage it names, or -1 for an image.
 	CopyFrom  string
 	FromStage int
+	// Mounts are RUN's --mounts; NoNetwork its --network=none.
+	Mounts    []Mount
+	NoNetwork bool
 	// KVs are ENV's, ARG's and LABEL's.
 	KVs []KV
 	// Arg is WORKDIR's path or USER's user.
@@ -131,11 +134,15 @@ func Parse(dockerfile []byte) (Plan, error) {
 		st := Step{Line: l.line, Text: l.text, Op: op, FromStage: -1}
 		switch op {
 		case OpRun:
+			for strings.HasPrefix(rest, "--") {
+				flag, after, _ := strings.Cut(rest, " ")
+				rest = strings.TrimSpace(after)
+				if err := runFlag(&st, flag, p.Stages); err != nil {
+					return p, bad("%v", err)
+				}
+			}
 			if rest == "" {
 				return p, bad("runs nothing")
-			}
-			if strings.HasPrefix(rest, "--") {
-				return p, bad("%s is not taken here", clip(strings.Fields(rest)[0]))
 			}
 			if exec, ok, err := jsonForm(rest); ok || err != nil {
 				if err != nil || len(exec) == 0 {
@@ -225,6 +232,110 @@ func Parse(dockerfile []byte) (Plan, error) {
 	return p, nil
 }
 
+// Mount types RUN --mount takes.
+const (
+	MountCache  = "cache"
+	MountTmpfs  = "tmpfs"
+	MountBind   = "bind"
+	MountSecret = "secret"
+)
+
+// Mount is a RUN --mount: a directory the command sees at Target and the
+// image does not keep. A cache or tmpfs mount starts empty (a cache kept
+// between builds is an optimisation, which a build may lack); a bind
+// mount holds Source of the build context, or of a stage or an image
+// (From, FromStage as COPY's); a secret mount is never given (template
+// builds take no secrets), which fails the step when Required.
+type Mount struct {
+	Type, Target, Source string
+	From                 string
+	FromStage            int
+	ID                   string
+	Required             bool
+}
+
+// runFlag reads one of RUN's flags into st.
+func runFlag(st *Step, flag string, stages []Stage) error {
+	name, v, _ := strings.Cut(flag, "=")
+	switch name {
+	case "--mount":
+		m, err := parseMount(v, stages)
+		if err != nil {
+			return fmt.Errorf("%s: %v", clip(flag), err)
+		}
+		st.Mounts = append(st.Mounts, m)
+		return nil
+	case "--network":
+		switch v {
+		case "default":
+			return nil
+		case "none":
+			st.NoNetwork = true
+			return nil
+		}
+		return fmt.Errorf("%s is not taken here (default, or none)", clip(flag))
+	}
+	return fmt.Errorf("%s is not taken here (only --mount and --network)", clip(flag))
+}
+
+// parseMount reads a --mount's comma-separated key=value fields.
+func parseMount(spec string, stages []Stage) (Mount, error) {
+	m := Mount{Type: MountBind, FromStage: -1}
+	for _, f := range strings.Split(spec, ",") {
+		k, v, hasValue := strings.Cut(f, "=")
+		switch strings.ToLower(k) {
+		case "type":
+			m.Type = v
+		case "target", "dst", "destination":
+			m.Target = v
+		case "source", "src":
+			m.Source = v
+		case "from":
+			m.From = v
+		case "id":
+			m.ID = v
+		case "required":
+			m.Required = !hasValue || v == "true"
+		case "sharing", "mode", "uid", "gid", "size", "readonly", "ro", "rw", "readwrite", "env":
+			// Nothing to do: the mount starts empty, or is a copy.
+		default:
+			return m, fmt.Errorf("%s is not a mount option", clip(k))
+		}
+	}
+	switch m.Type {
+	case MountCache, MountTmpfs, MountBind:
+		if m.Target == "" {
+			return m, fmt.Errorf("a %s mount needs a target", m.Type)
+		}
+	case MountSecret:
+		if m.ID == "" && m.Target == "" {
+			return m, fmt.Errorf("a secret mount needs an id or a target")
+		}
+		return m, nil
+	case "ssh":
+		return m, fmt.Errorf("ssh mounts are not taken here: fetch what needs the key before the build")
+	default:
+		return m, fmt.Errorf("%s is not a mount type (cache, tmpfs, bind, secret)", clip(m.Type))
+	}
+	if m.From != "" {
+		if m.Type != MountBind {
+			return m, fmt.Errorf("from is for a bind mount")
+		}
+		st := Step{FromStage: -1}
+		if err := copyFrom(&st, m.From, stages); err != nil {
+			return m, err
+		}
+		m.FromStage = st.FromStage
+	}
+	if m.Source != "" && m.Type != MountBind {
+		return m, fmt.Errorf("source is for a bind mount")
+	}
+	if m.Source == "" {
+		m.Source = "."
+	}
+	return m, nil
+}
+
 // parseFrom reads a FROM's arguments: image [AS name], after the stages
 // before.
 func parseFrom(rest string, before []Stage) (Stage, error) {
@@ -271,7 +382,7 @@ func copyFrom(st *Step, v string, stages []Stage) error {
 	}
 	before, this := stages[:len(stages)-1], stages[len(stages)-1]
 	if this.Name != "" && this.Name == strings.ToLower(v) || v == strconv.Itoa(len(before)) {
-		return fmt.Errorf("--from=%s is the stage this COPY is in; name an earlier one", clip(v))
+		return fmt.Errorf("--from=%s is the stage this step is in; name an earlier one", clip(v))
 	}
 	if strings.ContainsAny(v, "$") {
 		return fmt.Errorf("--from=%s: a variable is not taken in --from here; name the stage or the image", clip(v))

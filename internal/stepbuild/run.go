@@ -25,6 +25,11 @@ type Box interface {
 	Extract(ctx context.Context, dir string, tar io.Reader) error
 	// Mkdir makes dir and its parents; an existing one is no error.
 	Mkdir(ctx context.Context, dir string) error
+	// Move renames from to to (an error wrapping errdefs.ErrNotFound when
+	// from is missing).
+	Move(ctx context.Context, from, to string) error
+	// Remove removes p and what is under it.
+	Remove(ctx context.Context, p string) error
 	// Archive streams a tar of the box's path, a symlink there followed:
 	// a directory's contents (dir true), or a regular file as one entry
 	// named as it.
@@ -116,13 +121,19 @@ func (p Plan) graph() (graph, error) {
 			g.need[j] = true
 		}
 		for _, st := range p.Stages[i].Steps {
-			switch {
-			case st.CopyFrom == "":
-			case st.FromStage >= 0:
-				g.need[st.FromStage] = true
-				g.copyEnd[st.FromStage] = max(g.copyEnd[st.FromStage], i)
-			default:
-				g.imgEnd[st.CopyFrom] = max(g.imgEnd[st.CopyFrom], i)
+			reads := func(from string, stage int) {
+				switch {
+				case from == "":
+				case stage >= 0:
+					g.need[stage] = true
+					g.copyEnd[stage] = max(g.copyEnd[stage], i)
+				default:
+					g.imgEnd[from] = max(g.imgEnd[from], i)
+				}
+			}
+			reads(st.CopyFrom, st.FromStage)
+			for _, m := range st.Mounts {
+				reads(m.From, m.FromStage)
 			}
 		}
 	}
@@ -263,7 +274,7 @@ func (b *build) number(text string) {
 func (b *build) start(ctx context.Context, line int, op, image string) (Box, error) {
 	bx, err := b.boxes.Start(ctx, image)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, errdefs.Invalid("dockerfile", "line %d: %s %s: %v", line, op, image, err)
+		return nil, stepError{errdefs.Invalid("dockerfile", "line %d: %s %s: %v", line, op, image, err)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("start a box of %s: %w", image, err)
@@ -327,24 +338,24 @@ func (b *build) runStage(ctx context.Context, i int) error {
 	return nil
 }
 
-// source is the box a COPY --from reads: an earlier stage's, or a box of
-// the image, started on its first use.
-func (b *build) source(ctx context.Context, st Step) (Box, error) {
-	if st.FromStage >= 0 {
-		if bx := b.stage[st.FromStage]; bx != nil {
+// source is the box a --from of op reads (line's): an earlier stage's, or
+// a box of the image, started on its first use.
+func (b *build) source(ctx context.Context, line int, op, from string, stage int) (Box, error) {
+	if stage >= 0 {
+		if bx := b.stage[stage]; bx != nil {
 			return bx, nil
 		}
-		return nil, fmt.Errorf("the box of stage %d is gone", st.FromStage)
+		return nil, fmt.Errorf("the box of stage %d is gone", stage)
 	}
-	if bx, ok := b.imgBox[st.CopyFrom]; ok {
+	if bx, ok := b.imgBox[from]; ok {
 		return bx, nil
 	}
-	b.progress(fmt.Sprintf(" ---> starting a box of %s to copy from", st.CopyFrom))
-	bx, err := b.start(ctx, st.Line, "COPY --from", st.CopyFrom)
+	b.progress(fmt.Sprintf(" ---> starting a box of %s to copy from", from))
+	bx, err := b.start(ctx, line, op, from)
 	if err != nil {
 		return nil, err
 	}
-	b.imgBox[st.CopyFrom] = bx
+	b.imgBox[from] = bx
 	return bx, nil
 }
 
@@ -426,11 +437,92 @@ func (b *builder) step(ctx context.Context, st Step) error {
 		if argv == nil {
 			argv = append(slices.Clone(b.shell), st.Shell)
 		}
-		return b.run(ctx, st, argv, b.workdir)
+		if st.NoNetwork {
+			b.progress(" ---> --network=none: the step runs on the build's network (template_build_network)")
+		}
+		if len(st.Mounts) == 0 {
+			return b.run(ctx, st, argv, b.workdir)
+		}
+		return b.runMounted(ctx, st, argv)
 	case OpCopy, OpAdd:
 		return b.copy(ctx, st)
 	}
 	return b.invalid(st, "is not taken here")
+}
+
+// runMounted runs a RUN with its mounts in place, and takes them away
+// after, whatever the command did: what was at a mount's target before
+// is back, and what the command wrote there is not in the image.
+func (b *builder) runMounted(ctx context.Context, st Step, argv []string) error {
+	var undo []func(context.Context) error
+	err := b.mount(ctx, st, &undo)
+	if err == nil {
+		err = b.run(ctx, st, argv, b.workdir)
+	}
+	for i := len(undo) - 1; i >= 0; i-- {
+		if uerr := undo[i](context.WithoutCancel(ctx)); uerr != nil && err == nil {
+			err = fmt.Errorf("dockerfile line %d: take the mounts of RUN away: %w", st.Line, uerr)
+		}
+	}
+	return err
+}
+
+// mount puts a RUN's mounts in place, each with how to take it away in
+// undo: the target's old contents are moved aside, and an empty
+// directory (cache, tmpfs) or a copy of the source (bind) is put there.
+func (b *builder) mount(ctx context.Context, st Step, undo *[]func(context.Context) error) error {
+	for i, m := range st.Mounts {
+		if m.Type == MountSecret {
+			id := m.ID
+			if id == "" {
+				id = path.Base(m.Target)
+			}
+			if m.Required {
+				return b.invalid(st, "the secret %s: template builds are given no secrets", clip(id))
+			}
+			b.progress(fmt.Sprintf(" ---> the secret %s is not given: template builds take none", clip(id)))
+			continue
+		}
+		t, err := expand(m.Target, b.vars())
+		if err != nil {
+			return b.invalid(st, "%v", err)
+		}
+		target := b.abs(t)
+		if target == "/" {
+			return b.invalid(st, "a mount's target is /")
+		}
+		aside := fmt.Sprintf("%s.hotcell-mount-%d", target, i)
+		existed := true
+		if err := b.box.Move(ctx, target, aside); errors.Is(err, errdefs.ErrNotFound) {
+			existed = false
+		} else if err != nil {
+			return fmt.Errorf("move %s aside for the mount: %w", target, err)
+		}
+		*undo = append(*undo, func(ctx context.Context) error {
+			if err := b.box.Remove(ctx, target); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return err
+			}
+			switch {
+			case existed:
+				return b.box.Move(ctx, aside, target)
+			case m.Type != MountBind:
+				return b.box.Mkdir(ctx, target) // the mount point stays, as BuildKit's does
+			}
+			return nil
+		})
+		if m.Type != MountBind {
+			if err := b.box.Mkdir(ctx, target); err != nil {
+				return err
+			}
+			continue
+		}
+		// A bind mount is a copy, gone after the step.
+		cp := Step{Line: st.Line, Text: st.Text, Op: OpCopy, Sources: []string{m.Source}, Dest: target, CopyFrom: m.From, FromStage: m.FromStage}
+		if err := b.copy(ctx, cp); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // run runs a step's command; a non-zero exit fails the build.
@@ -617,7 +709,7 @@ func (b *builder) chown(ctx context.Context, st Step, into string, tops map[stri
 // copyFrom copies files of another box (COPY --from): each source, a path
 // of that box, is a directory whose contents go, or a file.
 func (b *builder) copyFrom(ctx context.Context, st Step) error {
-	src, err := b.source(ctx, st)
+	src, err := b.source(ctx, st.Line, "COPY --from", st.CopyFrom, st.FromStage)
 	if err != nil {
 		return err
 	}

@@ -96,8 +96,8 @@ func TestParseRefuses(t *testing.T) {
 		{"RUN true\nFROM x", "line 1: RUN: comes before FROM"},
 		{"FROM a AS x\nFROM b AS X", "line 2: FROM: the stage name \"X\" is taken by an earlier stage"},
 		{"FROM a AS 1x", "line 1: FROM: \"1x\" is not a stage name"},
-		{"FROM a AS x\nCOPY --from=x /a /b", "line 2: COPY: --from=\"x\" is the stage this COPY is in"},
-		{"FROM a\nCOPY --from=0 /a /b", "--from=\"0\" is the stage this COPY is in"},
+		{"FROM a AS x\nCOPY --from=x /a /b", "line 2: COPY: --from=\"x\" is the stage this step is in"},
+		{"FROM a\nCOPY --from=0 /a /b", "--from=\"0\" is the stage this step is in"},
 		{"FROM a\nFROM b\nCOPY --from=2 /a /b", "line 3: COPY: --from=2: there are 1 stages before this one"},
 		{"FROM a\nCOPY --from=$X /a /b", "a variable is not taken in --from here"},
 		{"FROM a\nCOPY --from= /a /b", "--from names nothing"},
@@ -105,7 +105,15 @@ func TestParseRefuses(t *testing.T) {
 		{"FROM a\nADD --from=b /x /y", "line 2: ADD: \"--from=b\" is not taken here (only --chown)"},
 		{"FROM --platform=linux/arm64 a", "line 1: FROM: \"--platform=linux/arm64\" is not taken here"},
 		{"FROM a b", "want FROM image [AS name]"},
-		{"FROM a\nRUN --mount=type=cache,target=/x true", "line 2: RUN: \"--mount=type=cache,target=/x\" is not taken here"},
+		{"FROM a\nRUN --mount=type=ssh true", "line 2: RUN: \"--mount=type=ssh\": ssh mounts are not taken here"},
+		{"FROM a\nRUN --mount=type=cache true", "a cache mount needs a target"},
+		{"FROM a\nRUN --mount=type=bogus,target=/x true", "\"bogus\" is not a mount type"},
+		{"FROM a\nRUN --mount=type=cache,target=/x,frob=1 true", "\"frob\" is not a mount option"},
+		{"FROM a\nRUN --mount=type=cache,target=/x,from=a true", "from is for a bind mount"},
+		{"FROM a\nRUN --mount=target=/x,from=0 true", "--from=\"0\" is the stage this step is in"},
+		{"FROM a\nRUN --security=insecure true", "\"--security=insecure\" is not taken here (only --mount and --network)"},
+		{"FROM a\nRUN --network=host true", "\"--network=host\" is not taken here (default, or none)"},
+		{"FROM a\nRUN --mount=type=cache,target=/x", "line 2: RUN: runs nothing"},
 		{"FROM a\nCOPY --link /x /y", "line 2: COPY: \"--link\" is not taken here (only --chown and --from)"},
 		{"FROM a\nADD https://example.com/x /x", "a URL; fetch it in a RUN step"},
 		{"FROM a\nCOPY onlyone", "want sources and a destination"},
@@ -182,6 +190,8 @@ type fakeBox struct {
 	extracts map[string]map[string]string // dir -> name -> content ("<dir>", "-> target")
 	exit     int
 	exits    map[string]int    // a command's exit code, over exit
+	present  map[string]bool   // paths Move finds
+	ops      []string          // mkdir, move, remove, extract and run, in order
 	files    map[string]string // what Archive reads: path -> content
 	n        int               // its number among the boxes started
 	dropped  bool
@@ -277,6 +287,7 @@ type fakeRun struct {
 
 func (f *fakeBox) Run(_ context.Context, argv []string, env map[string]string, cwd, user string, out func([]byte)) (int, error) {
 	f.runs = append(f.runs, fakeRun{argv, env, cwd, user})
+	f.ops = append(f.ops, "run "+argv[0])
 	out([]byte("out of " + argv[0] + "\n"))
 	if code, ok := f.exits[argv[0]]; ok {
 		return code, nil
@@ -286,10 +297,27 @@ func (f *fakeBox) Run(_ context.Context, argv []string, env map[string]string, c
 
 func (f *fakeBox) Mkdir(_ context.Context, dir string) error {
 	f.mkdirs = append(f.mkdirs, dir)
+	f.ops = append(f.ops, "mkdir "+dir)
+	return nil
+}
+
+func (f *fakeBox) Move(_ context.Context, from, to string) error {
+	if !f.present[from] {
+		return fmt.Errorf("move %s: %w", from, errdefs.ErrNotFound)
+	}
+	delete(f.present, from)
+	f.present[to] = true
+	f.ops = append(f.ops, "move "+from+" "+to)
+	return nil
+}
+
+func (f *fakeBox) Remove(_ context.Context, p string) error {
+	f.ops = append(f.ops, "remove "+p)
 	return nil
 }
 
 func (f *fakeBox) Extract(_ context.Context, dir string, r io.Reader) error {
+	f.ops = append(f.ops, "extract "+dir)
 	if f.extracts == nil {
 		f.extracts = map[string]map[string]string{}
 	}
@@ -452,6 +480,53 @@ func TestRunChownNewDir(t *testing.T) {
 	}
 }
 
+// TestRunMounts: RUN's mounts are in place for the command and gone
+// after, what was at a target back where it was.
+func TestRunMounts(t *testing.T) {
+	t.Parallel()
+	bctx := tarContext(t, map[string]string{"app/main.go": "main", "app/x.key": "k", ".dockerignore": "**/*.key"})
+	p, err := Parse([]byte("FROM img\nWORKDIR /w\n" +
+		"RUN --mount=type=cache,target=/root/.cache --mount=type=bind,source=app,target=src --mount=type=secret,id=tok --network=none make\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := &fakeBox{present: map[string]bool{"/root/.cache": true}}
+	var log []string
+	if _, err := buildOne(t, p, bctx, box, func(s string) { log = append(log, s) }); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"mkdir /w",
+		"move /root/.cache /root/.cache.hotcell-mount-0", "mkdir /root/.cache",
+		"extract /w/src",
+		"run /bin/sh",
+		"remove /w/src",
+		"remove /root/.cache", "move /root/.cache.hotcell-mount-0 /root/.cache",
+	}
+	if !slices.Equal(box.ops, want) {
+		t.Errorf("ops:\n got %q\nwant %q", box.ops, want)
+	}
+	if got := box.extracts["/w/src"]; !maps.Equal(got, map[string]string{"main.go": "main"}) {
+		t.Errorf("the bind mount's files: %q", got)
+	}
+	for _, w := range []string{" ---> the secret \"tok\" is not given: template builds take none", " ---> --network=none: the step runs on the build's network (template_build_network)"} {
+		if !slices.Contains(log, w) {
+			t.Errorf("log lacks %q: %q", w, log)
+		}
+	}
+
+	// A required secret fails the step; the mounts before it are taken away.
+	p, _ = Parse([]byte("FROM img\nRUN --mount=type=cache,target=/c --mount=type=secret,id=tok,required=true make\n"))
+	box = &fakeBox{present: map[string]bool{}}
+	_, err = buildOne(t, p, bctx, box, nil)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "line 2: RUN: the secret \"tok\": template builds are given no secrets") {
+		t.Errorf("a required secret: got %v", err)
+	}
+	if want := []string{"mkdir /c", "remove /c", "mkdir /c"}; !slices.Equal(box.ops, want) {
+		t.Errorf("ops: got %q, want %q", box.ops, want)
+	}
+}
+
 func TestRunFails(t *testing.T) {
 	t.Parallel()
 	bctx := tarContext(t, map[string]string{"a.txt": "a", "b.txt": "b", "x.key": "k", ".dockerignore": "*.key", "p.tar.xz": "xz", "q.tgz": "gz", "hard": "=> a.txt"})
@@ -559,6 +634,31 @@ ENV F=final
 	}
 }
 
+// TestBuildMountFrom: a RUN's bind mount from a stage needs that stage,
+// whose box lives until the step is done.
+func TestBuildMountFrom(t *testing.T) {
+	t.Parallel()
+	p, err := Parse([]byte("FROM a AS one\nFROM b AS unused\nFROM b\nRUN --mount=from=one,source=/f,target=/m/f cat /m/f\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxes := &fakeBoxes{files: map[string]map[string]string{"a": {"/f": "from one"}}}
+	last, _, err := Build(t.Context(), p, tarContext(t, nil), boxes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"start #1 a", "start #2 b", "drop #1"}; !slices.Equal(boxes.events, want) {
+		t.Errorf("boxes: got %q, want %q", boxes.events, want)
+	}
+	final := last.(*fakeBox)
+	if want := []string{"extract /m", "run /bin/sh", "remove /m/f"}; !slices.Equal(final.ops, want) {
+		t.Errorf("ops: got %q, want %q", final.ops, want)
+	}
+	if got := final.extracts["/m"]; !maps.Equal(got, map[string]string{"f": "from one"}) {
+		t.Errorf("the mount's file: %q", got)
+	}
+}
+
 func TestBuildStagesFail(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ dockerfile, says string }{
@@ -589,6 +689,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("FROM a\nRUN echo $X \\\n && true\nCOPY [\"a\", \"b\"]\nENV A=\"b c\" D=e\n"))
 	f.Add([]byte("ARG T=1\nFROM x:$T AS y\nLABEL 'a b'=c\nADD --chown=1:2 a b c/\n"))
 	f.Add([]byte("FROM a AS b\nRUN x\nFROM b AS c\nCOPY --from=0 /x /y\nCOPY --from=img:1 --chown=1 /a /b/\n"))
+	f.Add([]byte("FROM a AS b\nFROM c\nRUN --mount=type=cache,target=/c --mount=from=b,source=/s,target=/t --network=none x\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
 		if err != nil {
@@ -607,6 +708,11 @@ func FuzzParse(f *testing.F) {
 		for _, s := range steps {
 			if s.CopyFrom != "" && (s.FromStage >= len(p.Stages) || s.Op != OpCopy) {
 				t.Fatalf("a --from of no earlier stage: %+v", s)
+			}
+			for _, m := range s.Mounts {
+				if s.Op != OpRun || m.FromStage >= len(p.Stages) || (m.Type != MountSecret && m.Target == "") {
+					t.Fatalf("a bad mount kept: %+v in %+v", m, s)
+				}
 			}
 			if s.Op == OpRun && s.Shell == "" && len(s.Exec) == 0 {
 				t.Fatalf("a RUN of nothing: %+v", s)

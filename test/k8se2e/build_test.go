@@ -41,6 +41,9 @@ ADD bundle.tar.gz /opt/bundle/
 RUN echo "$GREETING from $(pwd)" > built.txt && test -x main.sh && echo step-output-seen
 USER nobody
 RUN id -un > /tmp/whoami
+USER root
+RUN --mount=type=cache,target=/var/cache/app --mount=type=bind,source=notes.txt,target=/mnt/notes \
+    echo cached > /var/cache/app/x && echo "mounted: $(cat /mnt/notes)"
 CMD ["sleep", "1"]
 `
 	bundle := tarGz(t, map[string]string{"inside/bundled.txt": "from the archive\n"})
@@ -60,7 +63,7 @@ CMD ["sleep", "1"]
 		t.Fatalf("build: %v\nlog:\n%s\n%s", err, strings.Join(log, "\n"), d.Logs())
 	}
 	joined := strings.Join(log, "\n")
-	for _, want := range []string{"Step 1/12 : FROM " + image, "Step 9/12 : RUN echo", "step-output-seen", "not used here"} {
+	for _, want := range []string{"Step 1/14 : FROM " + image, "Step 9/14 : RUN echo", "step-output-seen", "not used here", "mounted: notes"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("the build log lacks %q:\n%s", want, joined)
 		}
@@ -82,8 +85,10 @@ CMD ["sleep", "1"]
 		t.Fatalf("create from the built template: %v\n%s", err, d.Logs())
 	}
 	got := execOK(t, c, sb.ID, `cd /opt/app && cat built.txt && ./main.sh && cat lib/util.sh /etc/notes.txt /opt/bundle/inside/bundled.txt /tmp/whoami && `+
-		`stat -c %U /etc/notes.txt && echo "$APP_HOME|$SPACED|$GREETING" && ls /opt/app`)
-	want := "hello from /opt/app\nmain\nutil\nnotes\nfrom the archive\nnobody\nnobody\n/opt/app|two words|\nbuilt.txt\nlib\nmain.sh\n"
+		`stat -c %U /etc/notes.txt && echo "$APP_HOME|$SPACED|$GREETING" && ls /opt/app && ls -A /var/cache/app && test ! -e /mnt/notes && echo mounts-gone`)
+	// The RUN's mounts are not in the image: its cache directory is
+	// empty, the bind mount's file gone.
+	want := "hello from /opt/app\nmain\nutil\nnotes\nfrom the archive\nnobody\nnobody\n/opt/app|two words|\nbuilt.txt\nlib\nmain.sh\nmounts-gone\n"
 	if got != want {
 		t.Errorf("the sandbox from the built template:\n got %q\nwant %q", got, want)
 	}
@@ -102,9 +107,9 @@ CMD ["sleep", "1"]
 		t.Errorf("after the failed build: %+v, %v; want version %d kept", got, err, tpl.Version)
 	}
 	// What the builder cannot do as Docker's does is refused up front.
-	_, err = c.BuildTemplate(ctx, "k8s-refused", client.BuildTemplateOptions{}, dockerContext(t, "FROM "+image+"\nRUN --mount=type=cache,target=/c true\n"), nil)
-	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, "line 2: RUN: \"--mount=type=cache,target=/c\" is not taken here") {
-		t.Errorf("a RUN --mount: got %v, want 400 naming it", err)
+	_, err = c.BuildTemplate(ctx, "k8s-refused", client.BuildTemplateOptions{}, dockerContext(t, "FROM "+image+"\nRUN --mount=type=ssh true\n"), nil)
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, "line 2: RUN: \"--mount=type=ssh\": ssh mounts are not taken here") {
+		t.Errorf("a RUN --mount=type=ssh: got %v, want 400 naming it", err)
 	}
 	if list, _ := c.ListSandboxes(ctx, client.ListOptions{}); len(list) != 1 {
 		t.Errorf("sandboxes after the failed builds: %+v, want the one from the template", list)
