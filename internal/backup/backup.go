@@ -184,9 +184,12 @@ const sharedGrace = time.Hour
 
 // Recover removes what a daemon killed during a backup or upload left:
 // temp files, and finished files that were never recorded. A record whose
-// file is gone is dropped, so nothing listed is known to be missing. On a
-// shared store it drops no record (the file may be in another daemon's
-// Dir) and removes only files older than sharedGrace.
+// file is gone (a delete cut short) is dropped, so nothing listed is known
+// to be missing. When no record has its file, Dir is most likely not the
+// directory that holds them (backup_dir changed, its volume not mounted):
+// it drops none then, and says so. On a shared store it drops no record
+// (the file may be in another daemon's Dir) and removes only files older
+// than sharedGrace.
 func (s *Service) Recover(ctx context.Context) error {
 	root := s.root()
 	if err := os.MkdirAll(root, 0o700); err != nil {
@@ -197,25 +200,29 @@ func (s *Service) Recover(ctx context.Context) error {
 		return err
 	}
 	known := map[string]bool{}
-	elsewhere := 0
+	var missing []wire.Backup
 	for _, b := range recs {
 		p := s.file(b)
 		known[p] = true
 		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-			if s.opts.Shared {
-				elsewhere++
-				continue
-			}
-			s.log.Warn("backup file is missing; dropping its record", "sandbox", b.SandboxID, "backup", b.ID, "path", p)
+			missing = append(missing, b)
+		}
+	}
+	switch {
+	case len(missing) == 0:
+	case s.opts.Shared:
+		s.log.Warn("backups recorded in the store have no file in this daemon's backup_dir: they were taken by a daemon whose backup_dir is not this one, and this daemon cannot restore them; give every daemon of the set the same backup_dir, a volume they all mount (docs/kubernetes.md, Backups on a set of daemons)",
+			"backups", len(missing), "backupDir", root)
+	case len(missing) == len(recs):
+		s.log.Warn("no backup recorded in the store has its file in backup_dir: it is most likely not the directory that holds them (backup_dir changed, or its volume is not mounted); the records are kept: point backup_dir at that directory (data_dir/backups by default), or delete the backups",
+			"backups", len(missing), "backupDir", root)
+	default:
+		for _, b := range missing {
+			s.log.Warn("backup file is missing; dropping its record", "sandbox", b.SandboxID, "backup", b.ID, "path", s.file(b))
 			if err := s.opts.Store.DeleteBackup(ctx, b.SandboxID, b.ID); err != nil {
 				return err
 			}
-			continue
 		}
-	}
-	if elsewhere > 0 {
-		s.log.Warn("backups recorded in the store have no file in this daemon's backup_dir: they were taken by a daemon whose backup_dir is not this one, and this daemon cannot restore them; give every daemon of the set the same backup_dir, a volume they all mount (docs/kubernetes.md, Backups on a set of daemons)",
-			"backups", elsewhere, "backupDir", root)
 	}
 	dirs, err := os.ReadDir(root)
 	if err != nil {

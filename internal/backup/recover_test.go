@@ -70,3 +70,19 @@ func TestRecover(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoverKeepsAllMissing: a daemon alone on its store whose
+// backup_dir holds none of the recorded backups (backup_dir changed, or
+// its volume not mounted) keeps every record: dropping them would lose
+// backups whose files are only elsewhere.
+func TestRecoverKeepsAllMissing(t *testing.T) {
+	t.Parallel()
+	st := &memStore{backups: []wire.Backup{{ID: "b-1", SandboxID: "sb1"}, {ID: "b-2", SandboxID: "sb2"}}}
+	s := New(Options{Dir: t.TempDir(), Store: st, Sandboxes: fakeSandboxes{}})
+	if err := s.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := st.ListBackups(t.Context(), ""); len(recs) != 2 {
+		t.Errorf("records left: %+v, want both", recs)
+	}
+}
