@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,8 +191,13 @@ func Parse(dockerfile []byte) (Plan, error) {
 				if strings.Contains(s, "://") {
 					return p, bad("%s: a URL; fetch it in a RUN step instead", clip(s))
 				}
+				if st.CopyFrom != "" && isGlob(path.Dir(path.Clean("/"+s))) {
+					return p, bad("%s: with --from a wildcard is taken in the last name only", clip(s))
+				}
 				if st.CopyFrom != "" && isGlob(s) {
-					return p, bad("%s: a wildcard is not taken with --from here; name the file or directory", clip(s))
+					if _, err := path.Match(path.Base(s), ""); err != nil {
+						return p, bad("%s: %v", clip(s), err)
+					}
 				}
 			}
 		case OpEnv, OpLabel:

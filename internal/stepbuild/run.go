@@ -717,55 +717,126 @@ func (b *builder) copyFrom(ctx context.Context, st Step) error {
 	if err != nil {
 		return err
 	}
-	if len(st.Sources) > 1 && !destDir {
-		return b.invalid(st, "when copying more than one source the destination must be a directory and end with a /")
+	// Each source is a path of the other box, or a wildcard in its last
+	// name: what it matches in that directory.
+	type source struct {
+		path  string
+		match map[string]bool // a wildcard's matches: name -> a directory
 	}
-	var paths []string
+	var srcs []source
+	items := 0
 	for _, s := range st.Sources {
 		s, err := expand(s, b.vars())
 		if err != nil {
 			return b.invalid(st, "%v", err)
 		}
-		paths = append(paths, path.Clean("/"+s))
+		p := path.Clean("/" + s)
+		if !isGlob(path.Base(p)) {
+			srcs = append(srcs, source{path: p})
+			items++
+			continue
+		}
+		m, err := b.matches(ctx, st, src, path.Dir(p), path.Base(p))
+		if err != nil {
+			return err
+		}
+		srcs = append(srcs, source{path: path.Dir(p), match: m})
+		items += len(m)
 	}
-	// The first source says where a lone file lands: under its own name
-	// in a directory, or as the destination.
-	first, dir, err := src.Archive(ctx, paths[0])
+	if items > 1 && !destDir {
+		return b.invalid(st, "when copying more than one source the destination must be a directory and end with a /")
+	}
+	// A lone file lands as the destination, unless it ends with /; a
+	// directory's contents go into it. The first source opened says which.
+	first, dir, err := src.Archive(ctx, srcs[0].path)
 	if err != nil {
-		return b.fromErr(st, paths[0], err)
+		return b.fromErr(st, srcs[0].path, err)
 	}
 	defer first.Close() // closed once read too; this, when land fails first
+	loneDir := dir
+	if srcs[0].match != nil {
+		for _, d := range srcs[0].match {
+			loneDir = d
+		}
+	}
 	into, name := dest, ""
-	if !dir && !destDir {
+	if items == 1 && !loneDir && !destDir {
 		into, name = path.Dir(dest), path.Base(dest)
 	}
-	destDir = destDir || dir
+	destDir = destDir || items > 1 || loneDir
 	return b.land(ctx, st, into, destDir, func(w io.Writer, tops map[string]bool) error {
 		tw := tar.NewWriter(w)
 		rc, dir := first, dir
-		for i, p := range paths {
+		for i, sc := range srcs {
 			if i > 0 {
 				var err error
-				if rc, dir, err = src.Archive(ctx, p); err != nil {
-					return b.fromErr(st, p, err)
+				if rc, dir, err = src.Archive(ctx, sc.path); err != nil {
+					return b.fromErr(st, sc.path, err)
 				}
 			}
 			err := retar(tw, rc, func(n string) string {
+				if sc.match != nil {
+					top, rest, _ := strings.Cut(n, "/")
+					isDir, ok := sc.match[top]
+					switch {
+					case !ok:
+						return "" // not matched
+					case isDir:
+						return rest // its contents; "" is itself
+					case name != "":
+						return name
+					}
+					return top
+				}
 				switch {
 				case dir:
 					return n
 				case name != "":
 					return name
 				}
-				return path.Base(p)
+				return path.Base(sc.path)
 			}, tops)
 			rc.Close()
 			if err != nil {
-				return fmt.Errorf("copy %s of %s: %w", p, st.CopyFrom, err)
+				return fmt.Errorf("copy %s of %s: %w", sc.path, st.CopyFrom, err)
 			}
 		}
 		return tw.Close()
 	})
+}
+
+// matches lists what a wildcard of COPY --from matches in dir of box:
+// the names of dir's entries, each with whether it is a directory. None is
+// an error naming the source.
+func (b *builder) matches(ctx context.Context, st Step, box Box, dir, pat string) (map[string]bool, error) {
+	rc, isDir, err := box.Archive(ctx, dir)
+	if err != nil {
+		return nil, b.fromErr(st, dir, err)
+	}
+	defer rc.Close()
+	if !isDir {
+		return nil, b.invalid(st, "%s of %s is not a directory", clip(dir), st.CopyFrom)
+	}
+	m := map[string]bool{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s of %s: %w", dir, st.CopyFrom, err)
+		}
+		top, rest, _ := strings.Cut(path.Clean("/" + h.Name)[1:], "/")
+		if top == "" || !globMatch(pat, top) {
+			continue
+		}
+		m[top] = m[top] || rest != "" || h.Typeflag == tar.TypeDir
+	}
+	if len(m) == 0 {
+		return nil, b.invalid(st, "%s: nothing of %s of %s matches it", clip(pat), clip(dir), st.CopyFrom)
+	}
+	return m, nil
 }
 
 // fromErr is a COPY --from source the other box could not give.
@@ -777,7 +848,7 @@ func (b *builder) fromErr(st Step, p string, err error) error {
 }
 
 // retar writes the entries of the tar r to tw, each named by rename (of
-// its cleaned name), owned by root as a COPY's files are. tops gets the
+// its cleaned name; "" leaves it out), owned by root as a COPY's files are. tops gets the
 // top-level names written.
 func retar(tw *tar.Writer, r io.Reader, rename func(string) string, tops map[string]bool) error {
 	tr := tar.NewReader(r)
@@ -798,9 +869,15 @@ func retar(tw *tar.Writer, r io.Reader, rename func(string) string, tops map[str
 		if name == "" {
 			continue
 		}
-		nh := landed(h, rename(name))
+		to := rename(name)
+		if to == "" {
+			continue // not copied
+		}
+		nh := landed(h, to)
 		if h.Typeflag == tar.TypeLink {
-			nh.Linkname = rename(path.Clean("/" + h.Linkname)[1:])
+			if nh.Linkname = rename(path.Clean("/" + h.Linkname)[1:]); nh.Linkname == "" {
+				continue // a link to what is not copied
+			}
 		}
 		if err := tw.WriteHeader(nh); err != nil {
 			return err

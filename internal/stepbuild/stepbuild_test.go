@@ -101,7 +101,8 @@ func TestParseRefuses(t *testing.T) {
 		{"FROM a\nFROM b\nCOPY --from=2 /a /b", "line 3: COPY: --from=2: there are 1 stages before this one"},
 		{"FROM a\nCOPY --from=$X /a /b", "a variable is not taken in --from here"},
 		{"FROM a\nCOPY --from= /a /b", "--from names nothing"},
-		{"FROM a\nFROM b\nCOPY --from=0 /a/*.so /b/", "\"/a/*.so\": a wildcard is not taken with --from here"},
+		{"FROM a\nFROM b\nCOPY --from=0 /a*/x.so /b/", "\"/a*/x.so\": with --from a wildcard is taken in the last name only"},
+		{"FROM a\nFROM b\nCOPY --from=0 /a/[x /b/", "\"/a/[x\": syntax error in pattern"},
 		{"FROM a\nADD --from=b /x /y", "line 2: ADD: \"--from=b\" is not taken here (only --chown)"},
 		{"FROM --platform=linux/arm64 a", "line 1: FROM: \"--platform=linux/arm64\" is not taken here"},
 		{"FROM a b", "want FROM image [AS name]"},
@@ -656,6 +657,50 @@ func TestBuildMountFrom(t *testing.T) {
 	}
 	if got := final.extracts["/m"]; !maps.Equal(got, map[string]string{"f": "from one"}) {
 		t.Errorf("the mount's file: %q", got)
+	}
+}
+
+// TestCopyFromWildcard: a COPY --from source with a wildcard in its last
+// name copies each entry it matches: a file, or a directory's contents.
+func TestCopyFromWildcard(t *testing.T) {
+	t.Parallel()
+	p, err := Parse([]byte(`FROM a AS build
+FROM b
+COPY --from=build /app/target/*.jar /app/app.jar
+COPY --from=build /app/target/* /all/
+COPY --from=build /app/dist* /web
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxes := &fakeBoxes{files: map[string]map[string]string{"a": {
+		"/app/target/app-1.jar": "jar", "/app/target/app-1.pom": "pom", "/app/target/lib/x.jar": "x", "/app/dist/index.html": "i",
+	}}}
+	last, _, err := Build(t.Context(), p, tarContext(t, nil), boxes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]string{
+		"/app": {"app.jar": "jar"},
+		"/all": {"app-1.jar": "jar", "app-1.pom": "pom", "x.jar": "x"},
+		"/web": {"index.html": "i"},
+	}
+	if got := last.(*fakeBox).extracts; !maps.EqualFunc(got, want, maps.Equal) {
+		t.Errorf("extracted: %q, want %q", got, want)
+	}
+	for _, tc := range []struct{ copy, says string }{
+		{"COPY --from=build /app/target/*.none /x/", "line 3: COPY: \"*.none\": nothing of \"/app/target\" of build matches it"},
+		{"COPY --from=build /app/target/*.jar /app/target/*.pom /x", "when copying more than one source the destination must be a directory"},
+		{"COPY --from=build /app/target/app-1.jar/* /x/", "\"/app/target/app-1.jar\" of build is not a directory"},
+	} {
+		p, err := Parse([]byte("FROM a AS build\nFROM b\n" + tc.copy + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		boxes := &fakeBoxes{files: map[string]map[string]string{"a": {"/app/target/app-1.jar": "jar", "/app/target/app-1.pom": "pom"}}}
+		if _, _, err := Build(t.Context(), p, tarContext(t, nil), boxes, nil); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: got %v, want invalid saying %q", tc.copy, err, tc.says)
+		}
 	}
 }
 

@@ -128,7 +128,7 @@ ENV FROM_BASE=yes
 WORKDIR /w
 RUN echo base > /base.txt && mkdir -p /out/sub && echo lib > /out/sub/lib.txt && ln -s sub/lib.txt /out/link && ln -s /base.txt /out/abs
 FROM base AS build
-RUN echo built > /out/app && chmod 755 /out/app
+RUN echo built > /out/app && chmod 755 /out/app && echo a > /out/a.txt && echo b > /out/b.txt
 FROM ${BASE} AS unused
 RUN echo unused-stage-ran && exit 7
 FROM base AS tools
@@ -140,6 +140,7 @@ COPY --from=build /out/app /usr/local/bin/app
 COPY --from=build /out/ /opt/out/
 COPY --from=0 /base.txt copied.txt
 COPY --from=tools2 /tool.txt /tool.txt
+COPY --from=build /out/*.txt /opt/txt/
 COPY --from=` + image + ` /bin/busybox /opt/bb
 `
 	log = nil
@@ -148,7 +149,7 @@ COPY --from=` + image + ` /bin/busybox /opt/bb
 		t.Fatalf("multi-stage build: %v\nlog:\n%s\n%s", err, strings.Join(log, "\n"), d.Logs())
 	}
 	joined = strings.Join(log, "\n")
-	for _, want := range []string{"Step 1/16 : FROM " + image + " AS base", "Step 11/16 : FROM base", "Step 16/16 : COPY --from=" + image, "saving stage 0", "going on in the box of stage tools"} {
+	for _, want := range []string{"Step 1/17 : FROM " + image + " AS base", "Step 11/17 : FROM base", "Step 17/17 : COPY --from=" + image, "saving stage 0", "going on in the box of stage tools"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("the multi-stage build's log lacks %q:\n%s", want, joined)
 		}
@@ -167,8 +168,8 @@ COPY --from=` + image + ` /bin/busybox /opt/bb
 		t.Fatalf("create from the multi-stage template: %v\n%s", err, d.Logs())
 	}
 	got = execOK(t, c, sb.ID, `app=/usr/local/bin/app; test -x $app && cat $app /opt/out/app /opt/out/sub/lib.txt /w/copied.txt /base.txt /tool.txt && `+
-		`readlink /opt/out/link && cat /opt/out/link && readlink /opt/out/abs && test -x /opt/bb && cmp /opt/bb /bin/busybox && echo "$FROM_BASE" && stat -c %U $app`)
-	want = "built\nbuilt\nlib\nbase\nbase\ntool\ntool2\nsub/lib.txt\nlib\n/base.txt\nyes\nroot\n"
+		`readlink /opt/out/link && cat /opt/out/link && readlink /opt/out/abs && ls /opt/txt && test -x /opt/bb && cmp /opt/bb /bin/busybox && echo "$FROM_BASE" && stat -c %U $app`)
+	want = "built\nbuilt\nlib\nbase\nbase\ntool\ntool2\nsub/lib.txt\nlib\n/base.txt\na.txt\nb.txt\nyes\nroot\n"
 	if got != want {
 		t.Errorf("the sandbox from the multi-stage template:\n got %q\nwant %q", got, want)
 	}
