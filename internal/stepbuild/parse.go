@@ -72,10 +72,12 @@ type Step struct {
 	// Exec is RUN's or SHELL's JSON form; Shell is RUN's shell form.
 	Exec  []string
 	Shell string
-	// Sources and Dest are COPY's and ADD's; Chown its --chown.
+	// Sources and Dest are COPY's and ADD's; Chown its --chown, Chmod its
+	// --chmod (-1 for none).
 	Sources []string
 	Dest    string
 	Chown   string
+	Chmod   int64
 	// CopyFrom is COPY's --from as written: a stage or an image.
 	// FromStage is the earlier stage it names, or -1 for an image.
 	CopyFrom  string
@@ -132,7 +134,7 @@ func Parse(dockerfile []byte) (Plan, error) {
 			p.PreArgs = append(p.PreArgs, kvs...)
 			continue
 		}
-		st := Step{Line: l.line, Text: l.text, Op: op, FromStage: -1}
+		st := Step{Line: l.line, Text: l.text, Op: op, FromStage: -1, Chmod: -1}
 		switch op {
 		case OpRun:
 			for strings.HasPrefix(rest, "--") {
@@ -162,6 +164,17 @@ func Parse(dockerfile []byte) (Plan, error) {
 					st.Chown = v
 					continue
 				}
+				if v, ok := strings.CutPrefix(flag, "--chmod="); ok {
+					m, err := strconv.ParseUint(v, 8, 32)
+					if err != nil || m > 0o7777 {
+						return p, bad("%s: want an octal mode such as 755", clip(flag))
+					}
+					st.Chmod = int64(m)
+					continue
+				}
+				if flag == "--link" || flag == "--link=true" {
+					continue // one flat layer here: a linked COPY lands the same
+				}
 				if v, ok := strings.CutPrefix(flag, "--from="); ok && op == OpCopy {
 					if err := copyFrom(&st, v, p.Stages); err != nil {
 						return p, bad("%v", err)
@@ -169,9 +182,9 @@ func Parse(dockerfile []byte) (Plan, error) {
 					continue
 				}
 				if op == OpCopy {
-					return p, bad("%s is not taken here (only --chown and --from)", clip(flag))
+					return p, bad("%s is not taken here (only --chown, --chmod, --link and --from)", clip(flag))
 				}
-				return p, bad("%s is not taken here (only --chown)", clip(flag))
+				return p, bad("%s is not taken here (only --chown, --chmod and --link)", clip(flag))
 			}
 			f, isJSON, err := jsonForm(args)
 			if !isJSON {

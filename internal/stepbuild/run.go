@@ -517,7 +517,7 @@ func (b *builder) mount(ctx context.Context, st Step, undo *[]func(context.Conte
 			continue
 		}
 		// A bind mount is a copy, gone after the step.
-		cp := Step{Line: st.Line, Text: st.Text, Op: OpCopy, Sources: []string{m.Source}, Dest: target, CopyFrom: m.From, FromStage: m.FromStage}
+		cp := Step{Line: st.Line, Text: st.Text, Op: OpCopy, Sources: []string{m.Source}, Dest: target, CopyFrom: m.From, FromStage: m.FromStage, Chmod: -1}
 		if err := b.copy(ctx, cp); err != nil {
 			return err
 		}
@@ -630,6 +630,9 @@ func (b *builder) copy(ctx context.Context, st Step) error {
 			if len(items) > 1 {
 				return b.invalid(st, "%s: an archive is unpacked alone here: give it an ADD of its own", clip(it.name))
 			}
+			if st.Chmod >= 0 {
+				return b.invalid(st, "%s: an archive unpacked keeps its own modes: --chmod is not taken with it", clip(it.name))
+			}
 			return b.addArchive(ctx, st, it.name, dest)
 		}
 		if st.Op == OpAdd && !it.dir && isOtherArchive(it.name) {
@@ -641,7 +644,7 @@ func (b *builder) copy(ctx context.Context, st Step) error {
 		into = path.Dir(dest)
 	}
 	return b.land(ctx, st, into, destDir, func(w io.Writer, tops map[string]bool) error {
-		return b.writeItems(w, items, destDir, path.Base(dest), tops)
+		return b.writeItems(w, items, destDir, path.Base(dest), st.Chmod, tops)
 	})
 }
 
@@ -795,7 +798,7 @@ func (b *builder) copyFrom(ctx context.Context, st Step) error {
 					return name
 				}
 				return path.Base(sc.path)
-			}, tops)
+			}, st.Chmod, tops)
 			rc.Close()
 			if err != nil {
 				return fmt.Errorf("copy %s of %s: %w", sc.path, st.CopyFrom, err)
@@ -848,9 +851,10 @@ func (b *builder) fromErr(st Step, p string, err error) error {
 }
 
 // retar writes the entries of the tar r to tw, each named by rename (of
-// its cleaned name; "" leaves it out), owned by root as a COPY's files are. tops gets the
+// its cleaned name; "" leaves it out), owned by root as a COPY's files are,
+// their mode chmod when it is not negative. tops gets the
 // top-level names written.
-func retar(tw *tar.Writer, r io.Reader, rename func(string) string, tops map[string]bool) error {
+func retar(tw *tar.Writer, r io.Reader, rename func(string) string, chmod int64, tops map[string]bool) error {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -873,7 +877,7 @@ func retar(tw *tar.Writer, r io.Reader, rename func(string) string, tops map[str
 		if to == "" {
 			continue // not copied
 		}
-		nh := landed(h, to)
+		nh := landed(h, to, chmod)
 		if h.Typeflag == tar.TypeLink {
 			if nh.Linkname = rename(path.Clean("/" + h.Linkname)[1:]); nh.Linkname == "" {
 				continue // a link to what is not copied
@@ -893,9 +897,12 @@ func retar(tw *tar.Writer, r io.Reader, rename func(string) string, tops map[str
 }
 
 // landed is the header of an entry a COPY writes as name: its type, mode
-// bits, size, link and time, owned by root.
-func landed(h *tar.Header, name string) *tar.Header {
+// bits (chmod's when not negative), size, link and time, owned by root.
+func landed(h *tar.Header, name string, chmod int64) *tar.Header {
 	nh := &tar.Header{Name: name, Typeflag: h.Typeflag, Mode: h.Mode & 0o7777, Size: h.Size, Linkname: h.Linkname, ModTime: h.ModTime}
+	if chmod >= 0 && h.Typeflag != tar.TypeSymlink {
+		nh.Mode = chmod
+	}
 	if h.Typeflag == tar.TypeDir {
 		nh.Name += "/"
 	}
@@ -939,7 +946,7 @@ func (b *builder) list() ([]item, error) {
 // writeItems writes the tar of the items as they land: a directory's
 // contents under it, a file under its own name (base, when the
 // destination is a file). tops gets the top-level names written.
-func (b *builder) writeItems(w io.Writer, items []item, destDir bool, base string, tops map[string]bool) error {
+func (b *builder) writeItems(w io.Writer, items []item, destDir bool, base string, chmod int64, tops map[string]bool) error {
 	tw := tar.NewWriter(w)
 	err := walk(b.bctx, func(name string, h *tar.Header, r io.Reader) error {
 		if b.ignore.ignored(name) {
@@ -963,7 +970,7 @@ func (b *builder) writeItems(w io.Writer, items []item, destDir bool, base strin
 			if h.Typeflag == tar.TypeLink {
 				return fmt.Errorf("%s is a hard link: the build context's hard links are not taken here: %w", clip(name), errdefs.ErrInvalidArgument)
 			}
-			nh := landed(h, rel)
+			nh := landed(h, rel, chmod)
 			if err := tw.WriteHeader(nh); err != nil {
 				return err
 			}

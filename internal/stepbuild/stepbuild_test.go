@@ -103,7 +103,9 @@ func TestParseRefuses(t *testing.T) {
 		{"FROM a\nCOPY --from= /a /b", "--from names nothing"},
 		{"FROM a\nFROM b\nCOPY --from=0 /a*/x.so /b/", "\"/a*/x.so\": with --from a wildcard is taken in the last name only"},
 		{"FROM a\nFROM b\nCOPY --from=0 /a/[x /b/", "\"/a/[x\": syntax error in pattern"},
-		{"FROM a\nADD --from=b /x /y", "line 2: ADD: \"--from=b\" is not taken here (only --chown)"},
+		{"FROM a\nADD --from=b /x /y", "line 2: ADD: \"--from=b\" is not taken here (only --chown, --chmod and --link)"},
+		{"FROM a\nCOPY --chmod=9 /x /y", "line 2: COPY: \"--chmod=9\": want an octal mode"},
+		{"FROM a\nCOPY --chmod=17777 /x /y", "want an octal mode"},
 		{"FROM --platform=linux/arm64 a", "line 1: FROM: \"--platform=linux/arm64\" is not taken here"},
 		{"FROM a b", "want FROM image [AS name]"},
 		{"FROM a\nRUN --mount=type=ssh true", "line 2: RUN: \"--mount=type=ssh\": ssh mounts are not taken here"},
@@ -115,7 +117,7 @@ func TestParseRefuses(t *testing.T) {
 		{"FROM a\nRUN --security=insecure true", "\"--security=insecure\" is not taken here (only --mount and --network)"},
 		{"FROM a\nRUN --network=host true", "\"--network=host\" is not taken here (default, or none)"},
 		{"FROM a\nRUN --mount=type=cache,target=/x", "line 2: RUN: runs nothing"},
-		{"FROM a\nCOPY --link /x /y", "line 2: COPY: \"--link\" is not taken here (only --chown and --from)"},
+		{"FROM a\nCOPY --parents /x /y", "line 2: COPY: \"--parents\" is not taken here (only --chown, --chmod, --link and --from)"},
 		{"FROM a\nADD https://example.com/x /x", "a URL; fetch it in a RUN step"},
 		{"FROM a\nCOPY onlyone", "want sources and a destination"},
 		{"FROM a\nENV", "names nothing"},
@@ -194,6 +196,7 @@ type fakeBox struct {
 	present  map[string]bool   // paths Move finds
 	ops      []string          // mkdir, move, remove, extract and run, in order
 	files    map[string]string // what Archive reads: path -> content
+	modes    map[string]int64  // the mode of each entry extracted, by its path
 	n        int               // its number among the boxes started
 	dropped  bool
 }
@@ -342,6 +345,10 @@ func (f *fakeBox) Extract(_ context.Context, dir string, r io.Reader) error {
 			return err
 		}
 		body, _ := io.ReadAll(tr)
+		if f.modes == nil {
+			f.modes = map[string]int64{}
+		}
+		f.modes[path.Join(dir, h.Name)] = h.Mode
 		switch h.Typeflag {
 		case tar.TypeDir:
 			m[h.Name] = "<dir>"
@@ -461,6 +468,30 @@ func TestRunCopySingleFile(t *testing.T) {
 	}
 	if got := box.extracts["/w"]; !maps.Equal(got, map[string]string{"renamed.txt": "one"}) {
 		t.Errorf("extracted into /w: %q", got)
+	}
+}
+
+// TestRunChmod: COPY --chmod gives its files and directories the mode,
+// from the context and from another box; --link changes nothing.
+func TestRunChmod(t *testing.T) {
+	t.Parallel()
+	bctx := tarContext(t, map[string]string{"run.sh": "#!/bin/sh", "d/x": "x", "a.tgz": "\x1f\x8b"})
+	p, err := Parse([]byte("FROM img AS one\nFROM img\nCOPY --chmod=755 --link run.sh /usr/local/bin/run\nCOPY --chmod=0600 d /secret/\nCOPY --from=one --chmod=700 /f /g\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxes := &fakeBoxes{files: map[string]map[string]string{"img": {"/f": "f"}}}
+	last, _, err := Build(t.Context(), p, bctx, boxes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"/usr/local/bin/run": 0o755, "/secret/x": 0o600, "/g": 0o700}
+	if got := last.(*fakeBox).modes; !maps.Equal(got, want) {
+		t.Errorf("modes: %v, want %v (octal 755, 600, 700)", got, want)
+	}
+	p, _ = Parse([]byte("FROM img\nADD --chmod=644 a.tgz /x/\n"))
+	if _, err := buildOne(t, p, bctx, &fakeBox{}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--chmod is not taken with it") {
+		t.Errorf("ADD --chmod of an archive: got %v", err)
 	}
 }
 
