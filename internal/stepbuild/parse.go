@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +83,11 @@ type Step struct {
 	// FromStage is the earlier stage it names, or -1 for an image.
 	CopyFrom  string
 	FromStage int
+	// Heredocs are the step's here-documents: a COPY's sources, or the
+	// RUN's (Script: the one document is the script; else Shell has them
+	// for the shell to read).
+	Heredocs []Heredoc
+	Script   bool
 	// Mounts are RUN's --mounts; NoNetwork its --network=none.
 	Mounts    []Mount
 	NoNetwork bool
@@ -152,8 +158,16 @@ func Parse(dockerfile []byte) (Plan, error) {
 					return p, bad("the JSON form must be a non-empty array of strings")
 				}
 				st.Exec = exec
+			} else if len(l.heredocs) == 1 && heredocMark.FindString(rest) == rest {
+				// RUN <<EOF: the document is the script.
+				st.Heredocs, st.Script = l.heredocs, true
 			} else {
+				// The shell reads the documents, as written.
 				st.Shell = rest
+				for _, d := range l.heredocs {
+					st.Shell += "\n" + d.Body + d.Name
+				}
+				st.Heredocs = l.heredocs
 			}
 		case OpCopy, OpAdd:
 			args := rest
@@ -199,6 +213,12 @@ func Parse(dockerfile []byte) (Plan, error) {
 			st.Sources, st.Dest = f[:len(f)-1], f[len(f)-1]
 			if slices.Contains(f, "") {
 				return p, bad("a source or the destination is empty")
+			}
+			if len(l.heredocs) > 0 {
+				if st.CopyFrom != "" || slices.ContainsFunc(st.Sources, func(s string) bool { return heredocMark.FindString(s) != s }) {
+					return p, bad("a COPY of here-documents takes no other source")
+				}
+				st.Heredocs = l.heredocs
 			}
 			for _, s := range st.Sources {
 				if strings.Contains(s, "://") {
@@ -425,8 +445,57 @@ func copyFrom(st *Step, v string, stages []Stage) error {
 }
 
 type logicalLine struct {
-	line int
-	text string
+	line     int
+	text     string
+	heredocs []Heredoc
+}
+
+// Heredoc is a here-document of a RUN or a COPY (`<<EOF` ... `EOF`).
+type Heredoc struct {
+	Name string // its delimiter
+	Body string // its lines as written, each ending with a newline
+	// Quoted is a delimiter in quotes (no substitution in the body);
+	// Strip is <<- (leading tabs go).
+	Quoted, Strip bool
+}
+
+// heredocMark is a here-document's start in an instruction.
+var heredocMark = regexp.MustCompile(`<<(-?)(["']?)([A-Za-z_][A-Za-z0-9_]*)(["']?)`)
+
+// heredocsOf are the here-documents op's text starts (RUN and COPY take
+// them).
+func heredocsOf(text string) []Heredoc {
+	op, _, _ := strings.Cut(text, " ")
+	if op = strings.ToUpper(op); op != OpRun && op != OpCopy {
+		return nil
+	}
+	var out []Heredoc
+	for _, ix := range heredocMark.FindAllStringSubmatchIndex(text, -1) {
+		m := func(i int) string { return text[ix[2*i]:ix[2*i+1]] }
+		if m(2) != m(4) || quoted(text[:ix[0]]) {
+			continue // quotes that do not match, or inside a quoted word: not a delimiter
+		}
+		out = append(out, Heredoc{Name: m(3), Quoted: m(2) != "", Strip: m(1) == "-"})
+	}
+	return out
+}
+
+// quoted says whether a quote is open at the end of s.
+func quoted(s string) bool {
+	var q byte
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case q == 0 && c == '\\':
+			i++
+		case q == 0 && (c == '"' || c == '\''):
+			q = c
+		case q == '"' && c == '\\':
+			i++
+		case c == q:
+			q = 0
+		}
+	}
+	return q != 0
 }
 
 // logicalLines joins continued lines (a trailing backslash) and drops
@@ -438,9 +507,23 @@ func logicalLines(b []byte) ([]logicalLine, error) {
 	sc.Buffer(make([]byte, 0, 64<<10), maxDockerfile)
 	var cur strings.Builder
 	start, n, directives := 0, 0, true
+	var docs []Heredoc // the here-documents being read, the first one's lines next
 	for sc.Scan() {
 		n++
 		raw := strings.TrimRight(sc.Text(), "\r")
+		if len(docs) > 0 {
+			d := &out[len(out)-1].heredocs[len(out[len(out)-1].heredocs)-len(docs)]
+			end := raw
+			if d.Strip {
+				end = strings.TrimLeft(raw, "\t")
+			}
+			if end == d.Name {
+				docs = docs[1:]
+				continue
+			}
+			d.Body += raw + "\n"
+			continue
+		}
 		trimmed := strings.TrimSpace(raw)
 		if strings.HasPrefix(trimmed, "#") {
 			if directives {
@@ -464,14 +547,20 @@ func logicalLines(b []byte) ([]logicalLine, error) {
 			continue
 		}
 		cur.WriteString(trimmed)
-		out = append(out, logicalLine{start, strings.TrimSpace(cur.String())})
+		l := logicalLine{line: start, text: strings.TrimSpace(cur.String())}
+		l.heredocs = heredocsOf(l.text)
+		docs = l.heredocs
+		out = append(out, l)
 		cur.Reset()
 	}
 	if err := sc.Err(); err != nil {
 		return nil, errdefs.Invalid("dockerfile", "line %d: %v", n+1, err)
 	}
+	if len(docs) > 0 {
+		return nil, errdefs.Invalid("dockerfile", "line %d: the here-document %s has no end line", out[len(out)-1].line, clip(docs[0].Name))
+	}
 	if s := strings.TrimSpace(cur.String()); s != "" {
-		out = append(out, logicalLine{start, s})
+		out = append(out, logicalLine{line: start, text: s})
 	}
 	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hotcell/hotcell/internal/errdefs"
 )
@@ -434,7 +435,10 @@ func (b *builder) step(ctx context.Context, st Step) error {
 		return nil
 	case OpRun:
 		argv := st.Exec
-		if argv == nil {
+		switch {
+		case st.Script:
+			argv = append(slices.Clone(b.shell), script(st.Heredocs[0]))
+		case argv == nil:
 			argv = append(slices.Clone(b.shell), st.Shell)
 		}
 		if st.NoNetwork {
@@ -448,6 +452,31 @@ func (b *builder) step(ctx context.Context, st Step) error {
 		return b.copy(ctx, st)
 	}
 	return b.invalid(st, "is not taken here")
+}
+
+// script is the shell command that runs a RUN's here-document: the
+// document itself, or, when it starts with #!, its interpreter reading it.
+func script(d Heredoc) string {
+	body := d.text()
+	first, _, _ := strings.Cut(body, "\n")
+	interp, ok := strings.CutPrefix(first, "#!")
+	if !ok || strings.TrimSpace(interp) == "" {
+		return body
+	}
+	const end = "HOTCELL_HEREDOC_END"
+	return strings.TrimSpace(interp) + " <<'" + end + "'\n" + body + end
+}
+
+// text is the document's body, its leading tabs gone for <<-.
+func (d Heredoc) text() string {
+	if !d.Strip {
+		return d.Body
+	}
+	lines := strings.SplitAfter(d.Body, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimLeft(l, "\t")
+	}
+	return strings.Join(lines, "")
 }
 
 // runMounted runs a RUN with its mounts in place, and takes them away
@@ -580,6 +609,9 @@ func (b *builder) copy(ctx context.Context, st Step) error {
 	if st.CopyFrom != "" {
 		return b.copyFrom(ctx, st)
 	}
+	if len(st.Heredocs) > 0 {
+		return b.copyHeredocs(ctx, st)
+	}
 	vars := b.vars()
 	dest, destDir, err := b.dest(st)
 	if err != nil {
@@ -676,6 +708,55 @@ func (b *builder) land(ctx context.Context, st Step, into string, destDir bool, 
 		return err
 	}
 	return b.chown(ctx, st, into, tops, chownInto)
+}
+
+// copyHeredocs writes a COPY's here-documents as files (0644, or its
+// --chmod): the one document as the destination unless it ends with /,
+// else each named by its delimiter in the destination directory. A
+// document's variables are substituted unless its delimiter is quoted.
+func (b *builder) copyHeredocs(ctx context.Context, st Step) error {
+	dest, destDir, err := b.dest(st)
+	if err != nil {
+		return err
+	}
+	if len(st.Heredocs) > 1 && !destDir {
+		return b.invalid(st, "when copying more than one source the destination must be a directory and end with a /")
+	}
+	into, name := dest, ""
+	if !destDir {
+		into, name = path.Dir(dest), path.Base(dest)
+	}
+	mode := int64(0o644)
+	if st.Chmod >= 0 {
+		mode = st.Chmod
+	}
+	var files []struct{ name, body string }
+	for _, d := range st.Heredocs {
+		body := d.text()
+		if !d.Quoted {
+			if body, err = expand(body, b.vars()); err != nil {
+				return b.invalid(st, "<<%s: %v", d.Name, err)
+			}
+		}
+		n := d.Name
+		if name != "" {
+			n = name
+		}
+		files = append(files, struct{ name, body string }{n, body})
+	}
+	return b.land(ctx, st, into, destDir, func(w io.Writer, tops map[string]bool) error {
+		tw := tar.NewWriter(w)
+		for _, f := range files {
+			if err := tw.WriteHeader(&tar.Header{Name: f.name, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(f.body)), ModTime: time.Now()}); err != nil {
+				return err
+			}
+			if _, err := io.WriteString(tw, f.body); err != nil {
+				return err
+			}
+			tops[f.name] = true
+		}
+		return tw.Close()
+	})
 }
 
 // isNew says whether a COPY with --chown makes its destination directory

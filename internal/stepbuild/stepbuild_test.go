@@ -89,6 +89,61 @@ CMD ["run"]
 	}
 }
 
+// TestHeredocs: RUN's and COPY's here-documents, as BuildKit takes them.
+func TestHeredocs(t *testing.T) {
+	t.Parallel()
+	p, err := Parse([]byte("FROM img\n" +
+		"ARG NAME=world\n" +
+		"RUN <<EOF\necho one\necho two\nEOF\n" +
+		"RUN <<-EOT\n\t#!/usr/bin/env python3\n\tprint('hi')\n\tEOT\n" +
+		"RUN cat <<EOF > /etc/motd && echo \"x<<NOT\"\nhello $NAME\nEOF\n" +
+		"COPY <<EOF /etc/greeting\nhello ${NAME}\nEOF\n" +
+		"COPY --chmod=700 <<'A' <<B /conf/\nraw $NAME\nA\nb\nB\n" +
+		"ENV AFTER=1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := p.Stages[0].Steps
+	if len(steps) != 7 || steps[6].Op != OpEnv || steps[6].Line != 22 {
+		t.Fatalf("steps: %+v", steps)
+	}
+	box := &fakeBox{}
+	if _, err := buildOne(t, p, tarContext(t, nil), box, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantRuns := [][]string{
+		{"/bin/sh", "-c", "echo one\necho two\n"},
+		{"/bin/sh", "-c", "/usr/bin/env python3 <<'HOTCELL_HEREDOC_END'\n#!/usr/bin/env python3\nprint('hi')\nHOTCELL_HEREDOC_END"},
+		{"/bin/sh", "-c", "cat <<EOF > /etc/motd && echo \"x<<NOT\"\nhello $NAME\nEOF"},
+	}
+	if len(box.runs) != len(wantRuns) {
+		t.Fatalf("runs %+v", box.runs)
+	}
+	for i, w := range wantRuns {
+		if !slices.Equal(box.runs[i].argv, w) {
+			t.Errorf("run %d: %q, want %q", i, box.runs[i].argv, w)
+		}
+	}
+	wantFiles := map[string]map[string]string{
+		"/etc":  {"greeting": "hello world\n"},
+		"/conf": {"A": "raw $NAME\n", "B": "b\n"},
+	}
+	if !maps.EqualFunc(box.extracts, wantFiles, maps.Equal) {
+		t.Errorf("files: %q, want %q", box.extracts, wantFiles)
+	}
+	if box.modes["/conf/A"] != 0o700 || box.modes["/etc/greeting"] != 0o644 {
+		t.Errorf("modes: %v", box.modes)
+	}
+	for _, tc := range []struct{ dockerfile, says string }{
+		{"FROM a\nRUN <<EOF\necho\n", "line 2: the here-document \"EOF\" has no end line"},
+		{"FROM a\nCOPY <<EOF file /x/\nx\nEOF\n", "a COPY of here-documents takes no other source"},
+	} {
+		if _, err := Parse([]byte(tc.dockerfile)); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("Parse(%q): got %v, want %q", tc.dockerfile, err, tc.says)
+		}
+	}
+}
+
 func TestParseRefuses(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ dockerfile, says string }{
@@ -766,6 +821,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("ARG T=1\nFROM x:$T AS y\nLABEL 'a b'=c\nADD --chown=1:2 a b c/\n"))
 	f.Add([]byte("FROM a AS b\nRUN x\nFROM b AS c\nCOPY --from=0 /x /y\nCOPY --from=img:1 --chown=1 /a /b/\n"))
 	f.Add([]byte("FROM a AS b\nFROM c\nRUN --mount=type=cache,target=/c --mount=from=b,source=/s,target=/t --network=none x\n"))
+	f.Add([]byte("FROM a\nRUN <<EOF\nx\nEOF\nCOPY <<-'A' <<B /d/\n\ta\n\tA\nb\nB\nRUN cat <<X | sh\ny\nX\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
 		if err != nil {
@@ -790,7 +846,7 @@ func FuzzParse(f *testing.F) {
 					t.Fatalf("a bad mount kept: %+v in %+v", m, s)
 				}
 			}
-			if s.Op == OpRun && s.Shell == "" && len(s.Exec) == 0 {
+			if s.Op == OpRun && s.Shell == "" && len(s.Exec) == 0 && !(s.Script && len(s.Heredocs) == 1) {
 				t.Fatalf("a RUN of nothing: %+v", s)
 			}
 			if (s.Op == OpCopy || s.Op == OpAdd) && (len(s.Sources) == 0 || s.Dest == "") {

@@ -44,6 +44,12 @@ RUN id -un > /tmp/whoami
 USER root
 RUN --mount=type=cache,target=/var/cache/app --mount=type=bind,source=notes.txt,target=/mnt/notes \
     echo cached > /var/cache/app/x && echo "mounted: $(cat /mnt/notes)"
+RUN <<EOF
+echo heredoc-ran > /etc/heredoc
+EOF
+COPY <<EOF /etc/from-heredoc
+greeting $GREETING
+EOF
 CMD ["sleep", "1"]
 `
 	bundle := tarGz(t, map[string]string{"inside/bundled.txt": "from the archive\n"})
@@ -63,7 +69,7 @@ CMD ["sleep", "1"]
 		t.Fatalf("build: %v\nlog:\n%s\n%s", err, strings.Join(log, "\n"), d.Logs())
 	}
 	joined := strings.Join(log, "\n")
-	for _, want := range []string{"Step 1/14 : FROM " + image, "Step 9/14 : RUN echo", "step-output-seen", "not used here", "mounted: notes"} {
+	for _, want := range []string{"Step 1/16 : FROM " + image, "Step 9/16 : RUN echo", "step-output-seen", "not used here", "mounted: notes"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("the build log lacks %q:\n%s", want, joined)
 		}
@@ -85,10 +91,10 @@ CMD ["sleep", "1"]
 		t.Fatalf("create from the built template: %v\n%s", err, d.Logs())
 	}
 	got := execOK(t, c, sb.ID, `cd /opt/app && cat built.txt && ./main.sh && cat lib/util.sh /etc/notes.txt /opt/bundle/inside/bundled.txt /tmp/whoami && `+
-		`stat -c %U /etc/notes.txt && echo "$APP_HOME|$SPACED|$GREETING" && ls /opt/app && ls -A /var/cache/app && test ! -e /mnt/notes && echo mounts-gone`)
+		`stat -c %U /etc/notes.txt && echo "$APP_HOME|$SPACED|$GREETING" && ls /opt/app && ls -A /var/cache/app && test ! -e /mnt/notes && echo mounts-gone && cat /etc/heredoc /etc/from-heredoc`)
 	// The RUN's mounts are not in the image: its cache directory is
 	// empty, the bind mount's file gone.
-	want := "hello from /opt/app\nmain\nutil\nnotes\nfrom the archive\nnobody\nnobody\n/opt/app|two words|\nbuilt.txt\nlib\nmain.sh\nmounts-gone\n"
+	want := "hello from /opt/app\nmain\nutil\nnotes\nfrom the archive\nnobody\nnobody\n/opt/app|two words|\nbuilt.txt\nlib\nmain.sh\nmounts-gone\nheredoc-ran\ngreeting hello\n"
 	if got != want {
 		t.Errorf("the sandbox from the built template:\n got %q\nwant %q", got, want)
 	}
