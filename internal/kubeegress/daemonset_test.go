@@ -123,8 +123,10 @@ func TestDaemonSetEnforces(t *testing.T) {
 	byName := c.newBox(t, &wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"allowed.test:80"}})
 	t.Cleanup(func() {
 		if t.Failed() {
-			logs, _ := c.env.Kubectl(context.Background(), nil, "-n", ns, "logs", "daemonset/hotcell-egress-node")
-			t.Logf("egress-node's log:\n%s", logs)
+			logs, err := c.env.Kubectl(context.Background(), nil, "-n", ns, "logs", "daemonset/hotcell-egress-node", "--tail=200")
+			t.Logf("egress-node's log (%v):\n%s", err, logs)
+			pods, err := c.env.Kubectl(context.Background(), nil, "-n", ns, "get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.metadata.annotations}{"\n"}{end}`)
+			t.Logf("the namespace's pods (%v):\n%s", err, pods)
 		}
 	})
 

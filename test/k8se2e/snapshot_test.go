@@ -1,9 +1,11 @@
 package k8se2e
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,6 +69,36 @@ func TestKubernetesSnapshotAndSavedTemplate(t *testing.T) {
 		t.Errorf("the sandbox from the saved template: got %q", got)
 	}
 
+	// A snapshot of a sandbox of a made image is that image's layers and
+	// one layer more, of what the sandbox changed.
+	execOK(t, c, fromTpl.ID, "echo changed > /opt/made/mark && rm /opt/made/after && mkdir -p /srv/new && echo n > /srv/new/f")
+	sn2, err := c.CreateSnapshot(ctx, fromTpl.ID)
+	if err != nil {
+		t.Fatalf("snapshot of the template's sandbox: %v\n%s", err, d.Logs())
+	}
+	tplLayers, snLayers := registryLayers(t, env, tpl.Image), registryLayers(t, env, sn2.Image)
+	if len(snLayers) != len(tplLayers)+1 || !slices.Equal(snLayers[:len(tplLayers)], tplLayers) {
+		t.Errorf("the snapshot's layers %v, want the template's %v and one more", snLayers, tplLayers)
+	} else if last := snLayers[len(snLayers)-1]; last.Size > 64<<10 {
+		t.Errorf("the snapshot's own layer is %d bytes: more than what the sandbox changed", last.Size)
+	}
+	if strings.Contains(d.Logs(), "pushing a flat image") {
+		t.Errorf("the commit fell back to a flat image:\n%s", d.Logs())
+	}
+	fork2, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Snapshot: sn2.ID})
+	if err != nil {
+		t.Fatalf("create from the layered snapshot: %v\n%s", err, d.Logs())
+	}
+	if got := execOK(t, c, fork2.ID, "cat /opt/made/mark /srv/new/f /workspace/ws; test -e /opt/made/after && echo after-back; test -x /bin/sh && echo base-kept"); got != "changed\nn\nworkspace\nbase-kept\n" {
+		t.Errorf("the sandbox from the layered snapshot: got %q", got)
+	}
+	if err := c.DeleteSandbox(ctx, fork2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSnapshot(ctx, fromTpl.ID, sn2.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	for _, id := range []string{fork.ID, fromTpl.ID} {
 		if err := c.DeleteSandbox(ctx, id); err != nil {
 			t.Fatalf("destroy %s: %v", id, err)
@@ -100,6 +132,35 @@ func startKubeDaemonWithRegistry(t *testing.T, extra ...string) *kubeDaemon {
 		"--kubernetes-registry", env.Registry, "--kubernetes-registry-url", "http://" + env.Registry,
 		"--kubernetes-registry-secret", env.RegistrySecret(t, ns),
 	}, extra...)...)
+}
+
+// layerInfo is a layer of an image's manifest.
+type layerInfo struct {
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+}
+
+// registryLayers are the layers of ref's manifest in the cluster's
+// registry.
+func registryLayers(t *testing.T, env *testk8s.Env, ref string) []layerInfo {
+	t.Helper()
+	repo, tag, _ := strings.Cut(ref, ":")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, fmt.Sprintf("http://%s/v2/%s/manifests/%s", env.Registry, repo, tag), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	req.SetBasicAuth(env.RegistryUser, env.RegistryPassword)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m struct{ Layers []layerInfo }
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&m) != nil {
+		t.Fatalf("the manifest of %s: %s", ref, resp.Status)
+	}
+	return m.Layers
 }
 
 // registryHas says whether the cluster's registry has ref, an image of

@@ -140,6 +140,8 @@ type Driver struct {
 	reg    *registry
 	regErr error
 	agents agents
+	// bases are the indexes of the made images commits built on lately.
+	bases bases
 }
 
 // RESTConfig loads the client config that cfg names.

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -119,10 +120,11 @@ type manifest struct {
 	Annotations   map[string]string `json:"annotations,omitempty"`
 }
 
-// pushImage pushes a one-layer image, repo:tag, whose layer is the tar
-// stream layer (compressed here, at most max bytes of tar) and whose
-// config is cfg with the layer's diff id filled in.
-func (r *registry) pushImage(ctx context.Context, repo, tag string, layer io.Reader, max int64, cfg imageConfig) error {
+// pushImage pushes an image, repo:tag, whose last layer is the tar stream
+// layer (compressed here, at most max bytes of tar), over base's layers
+// when base is not nil, and whose config is cfg with the diff ids (and
+// base's history) filled in.
+func (r *registry) pushImage(ctx context.Context, repo, tag string, layer io.Reader, max int64, cfg imageConfig, base *baseImage) error {
 	tarSum, end := sha256.New(), &tail{}
 	lr := &limitedReader{r: io.TeeReader(layer, io.MultiWriter(tarSum, end)), left: max}
 	blob, err := r.uploadStream(ctx, repo, func(w io.Writer) error {
@@ -139,8 +141,21 @@ func (r *registry) pushImage(ctx context.Context, repo, tag string, layer io.Rea
 		return err
 	}
 	blob.MediaType = mediaLayer
+	layers := []descriptor{blob}
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = []string{digestOf(tarSum)}
+	if base != nil {
+		for _, l := range base.layers {
+			if base.repo != repo {
+				if err := r.mountBlob(ctx, repo, base.repo, l.Digest); err != nil {
+					return err
+				}
+			}
+		}
+		layers = append(slices.Clone(base.layers), blob)
+		cfg.RootFS.DiffIDs = append(slices.Clone(base.config.RootFS.DiffIDs), cfg.RootFS.DiffIDs...)
+		cfg.History = append(slices.Clone(base.config.History), cfg.History...)
+	}
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		return err
@@ -150,7 +165,7 @@ func (r *registry) pushImage(ctx context.Context, repo, tag string, layer io.Rea
 		return err
 	}
 	conf.MediaType = mediaConfig
-	m, err := json.Marshal(manifest{SchemaVersion: 2, MediaType: mediaManifest, Config: conf, Layers: []descriptor{blob}, Annotations: cfg.Config.Labels})
+	m, err := json.Marshal(manifest{SchemaVersion: 2, MediaType: mediaManifest, Config: conf, Layers: layers, Annotations: cfg.Config.Labels})
 	if err != nil {
 		return err
 	}

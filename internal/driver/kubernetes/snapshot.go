@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"runtime"
@@ -159,23 +161,86 @@ func (d *Driver) CommitWithEnv(ctx context.Context, id, ref string, labels, env 
 		cfg.Config.Labels[k] = v
 	}
 	cfg.History = []history{{cfg.Created, "hotcell: the root filesystem of sandbox " + id}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/rootfs", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := conn.Send(req)
-	if err != nil {
-		return fmt.Errorf("commit sandbox %s: read its root filesystem: %w", id, err)
-	}
-	defer resp.Body.Close()
 	max := d.cfg.MaxImageBytes
 	if max <= 0 {
 		max = DefaultMaxImageBytes
 	}
-	if err := d.reg.pushImage(ctx, repo, tag, resp.Body, max, cfg); err != nil {
+	// Over the box's own image's layers when the driver made that image,
+	// else (or when that cannot be done) flat.
+	if base := d.commitBase(ctx, pod); base != nil {
+		err := d.pushDiff(ctx, conn, repo, tag, max, cfg, base)
+		if err == nil || ctx.Err() != nil || errors.Is(err, errdefs.ErrInvalidArgument) {
+			if err != nil {
+				return fmt.Errorf("commit sandbox %s as %s: %w", id, d.reg.ref(repo, tag), err)
+			}
+			return nil
+		}
+		slog.Warn("kubernetes: a commit over its base image's layers failed; pushing a flat image", "sandbox", id, "image", d.reg.ref(repo, tag), "err", err)
+	}
+	body, err := rootfs(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("commit sandbox %s: read its root filesystem: %w", id, err)
+	}
+	defer body.Close()
+	if err := d.reg.pushImage(ctx, repo, tag, body, max, cfg, nil); err != nil {
 		return fmt.Errorf("commit sandbox %s as %s: %w", id, d.reg.ref(repo, tag), err)
 	}
 	return nil
+}
+
+// rootfs streams a box's root filesystem (the agent's GET /v1/rootfs).
+func rootfs(ctx context.Context, conn *agentconn.Conn) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/rootfs", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := conn.Send(req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// commitBase is the made image pod's box runs, indexed, or nil for an
+// image the driver did not make (or one it cannot read now: the commit
+// is flat then).
+func (d *Driver) commitBase(ctx context.Context, pod *corev1.Pod) *baseImage {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != containerBox {
+			continue
+		}
+		ref, ok := strings.CutPrefix(c.Image, d.reg.name+"/")
+		if !ok {
+			return nil
+		}
+		repo, tag, ok := made(ref)
+		if !ok {
+			return nil
+		}
+		base, err := d.reg.loadBase(ctx, &d.bases, repo, tag)
+		if err != nil {
+			slog.Warn("kubernetes: the box's image cannot be read as a base; its commit is flat", "image", c.Image, "err", err)
+			return nil
+		}
+		return base
+	}
+	return nil
+}
+
+// pushDiff pushes the box's root filesystem as one layer over base's: what
+// the box changed of base (diffLayer).
+func (d *Driver) pushDiff(ctx context.Context, conn *agentconn.Conn, repo, tag string, max int64, cfg imageConfig, base *baseImage) error {
+	body, err := rootfs(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("read its root filesystem: %w", err)
+	}
+	defer body.Close()
+	pr, pw := io.Pipe()
+	defer pr.CloseWithError(errUploadEnded)
+	go func() { pw.CloseWithError(diffLayer(pw, &limitedReader{r: body, left: max}, base.index)) }()
+	// The diff is no larger than the root filesystem, with a whiteout
+	// for each path of the base that went.
+	return d.reg.pushImage(ctx, repo, tag, pr, max+int64(len(base.index))*1024, cfg, base)
 }
 
 // boxEnv is the image config's Env: the box's own env (the image's and

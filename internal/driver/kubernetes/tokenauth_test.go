@@ -105,7 +105,7 @@ auth:
 	tw.Write([]byte("mark"))
 	tw.Close()
 	img := imageConfig{Created: time.Now().UTC(), OS: "linux", Architecture: "amd64"}
-	if err := reg.pushImage(ctx, "hotcell/snapshot", "tok-1", &layer, DefaultMaxImageBytes, img); err != nil {
+	if err := reg.pushImage(ctx, "hotcell/snapshot", "tok-1", &layer, DefaultMaxImageBytes, img, nil); err != nil {
 		t.Fatalf("push through token auth: %v\nregistry:\n%s", err, logs.String())
 	}
 	d, err := reg.manifestDigest(ctx, "hotcell/snapshot", "tok-1")
@@ -136,7 +136,7 @@ auth:
 	layer.Reset()
 	tw = tar.NewWriter(&layer)
 	tw.Close()
-	err = bad.pushImage(ctx, "hotcell/snapshot", "tok-2", &layer, DefaultMaxImageBytes, img)
+	err = bad.pushImage(ctx, "hotcell/snapshot", "tok-2", &layer, DefaultMaxImageBytes, img, nil)
 	if err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("a push with a wrong password: got %v, want the token server's 401", err)
 	}
