@@ -144,17 +144,7 @@ type layerInfo struct {
 // registry.
 func registryLayers(t *testing.T, env *testk8s.Env, ref string) []layerInfo {
 	t.Helper()
-	repo, tag, _ := strings.Cut(ref, ":")
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, fmt.Sprintf("http://%s/v2/%s/manifests/%s", env.Registry, repo, tag), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
-	req.SetBasicAuth(env.RegistryUser, env.RegistryPassword)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := manifestCall(t, env, http.MethodGet, ref)
 	defer resp.Body.Close()
 	var m struct{ Layers []layerInfo }
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&m) != nil {
@@ -167,20 +157,7 @@ func registryLayers(t *testing.T, env *testk8s.Env, ref string) []layerInfo {
 // hotcell's own repositories (repo:tag, kept under its name).
 func registryHas(t *testing.T, env *testk8s.Env, ref string) bool {
 	t.Helper()
-	repo, tag, ok := strings.Cut(ref, ":")
-	if !ok {
-		t.Fatalf("image %q has no tag", ref)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, fmt.Sprintf("http://%s/v2/%s/manifests/%s", env.Registry, repo, tag), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
-	req.SetBasicAuth(env.RegistryUser, env.RegistryPassword)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := manifestCall(t, env, http.MethodHead, ref)
 	resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
@@ -190,4 +167,25 @@ func registryHas(t *testing.T, env *testk8s.Env, ref string) bool {
 	}
 	t.Fatalf("HEAD %s in the registry: %s", ref, resp.Status)
 	return false
+}
+
+// manifestCall asks the cluster's registry for ref's manifest (repo:tag)
+// with its credentials.
+func manifestCall(t *testing.T, env *testk8s.Env, method, ref string) *http.Response {
+	t.Helper()
+	repo, tag, ok := strings.Cut(ref, ":")
+	if !ok {
+		t.Fatalf("image %q has no tag", ref)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, fmt.Sprintf("http://%s/v2/%s/manifests/%s", env.Registry, repo, tag), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	req.SetBasicAuth(env.RegistryUser, env.RegistryPassword)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
