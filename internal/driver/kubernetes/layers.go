@@ -138,6 +138,7 @@ func diffLayer(w io.Writer, root io.Reader, idx baseIndex) error {
 	tr := tar.NewReader(src)
 	tw := tar.NewWriter(w)
 	seen := map[string]bool{}
+	dirs := map[string]bool{} // the box's directories
 	written := map[string]bool{}
 	// A directory the base has the same is written only when an entry
 	// under it is (a layer's entries come after their parents).
@@ -170,6 +171,7 @@ func diffLayer(w io.Writer, root io.Reader, idx baseIndex) error {
 			continue
 		}
 		seen[name] = true
+		dirs[name] = h.Typeflag == tar.TypeDir
 		b, inBase := idx[name]
 		same := inBase && b.typ == h.Typeflag && b.mode == h.Mode&0o7777 && b.uid == h.Uid && b.gid == h.Gid
 		switch h.Typeflag {
@@ -239,7 +241,7 @@ func diffLayer(w io.Writer, root io.Reader, idx baseIndex) error {
 			}
 		}
 	}) {
-		if seen[p] || goneAbove(p, idx, seen) {
+		if seen[p] || goneAbove(p, idx, seen, dirs) {
 			continue
 		}
 		if err := flush(p); err != nil {
@@ -254,10 +256,11 @@ func diffLayer(w io.Writer, root io.Reader, idx baseIndex) error {
 }
 
 // goneAbove says whether a directory above p that the base has is gone
-// too (its whiteout covers p).
-func goneAbove(p string, idx baseIndex, seen map[string]bool) bool {
+// too (its whiteout covers p), or is no directory in the box (what
+// replaced it hides p).
+func goneAbove(p string, idx baseIndex, seen, dirs map[string]bool) bool {
 	for d := path.Dir(p); d != "."; d = path.Dir(d) {
-		if _, ok := idx[d]; ok && !seen[d] {
+		if _, ok := idx[d]; ok && (!seen[d] || !dirs[d]) {
 			return true
 		}
 	}

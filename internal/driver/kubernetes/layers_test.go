@@ -56,7 +56,8 @@ func layerOf(t *testing.T, ents []ent, end bool) []byte {
 type view map[string]string
 
 // apply lays a layer over v as a container runtime does: whiteouts and
-// opaque directories hide what is under them, then the entries land.
+// opaque directories hide what is under them, a non-directory replaces a
+// directory with what is under it, then the entries land.
 func (v view) apply(t *testing.T, layer []byte) {
 	t.Helper()
 	tr := tar.NewReader(bytes.NewReader(layer))
@@ -97,6 +98,12 @@ func (v view) apply(t *testing.T, layer []byte) {
 		add[name] = s
 	}
 	for k := range v {
+		// A non-directory over a directory replaces it, what was under it too.
+		for a, e := range add {
+			if !strings.HasPrefix(e, string(tar.TypeDir)+" ") && strings.HasPrefix(k, a+"/") {
+				delete(v, k)
+			}
+		}
 		for _, g := range gone {
 			if k == g || strings.HasPrefix(k, g+"/") {
 				delete(v, k)
@@ -121,6 +128,7 @@ func TestDiffLayer(t *testing.T) {
 		{name: "etc/opq/"}, {name: "etc/opq/old", body: "o"},
 		{name: "gone/"}, {name: "gone/dir/"}, {name: "gone/dir/a", body: "a"}, {name: "gone-file", body: "g"},
 		{name: "link", body: "-> etc/keep"}, {name: "link2", body: "-> a"}, {name: "hardk", body: "=> etc/keep"},
+		{name: "was-dir/"}, {name: "was-dir/x", body: "x"}, {name: "was-file", body: "f"},
 	}, true)
 	base2 := layerOf(t, []ent{
 		{name: "usr/bin/.wh.tool"}, {name: "usr/bin/tool2", body: "t2"},
@@ -145,6 +153,7 @@ func TestDiffLayer(t *testing.T) {
 		{name: "etc/opq/"}, {name: "etc/opq/new", body: "n"},
 		{name: "link", body: "-> etc/keep"}, {name: "link2", body: "-> b"}, {name: "hardk", body: "=> etc/keep"},
 		{name: "new/"}, {name: "new/file", body: "nf"}, {name: "new/hard", body: "=> new/file"},
+		{name: "was-dir", body: "now a file"}, {name: "was-file/"}, {name: "was-file/y", body: "y"},
 	}, true)
 	var diff bytes.Buffer
 	if err := diffLayer(&diff, bytes.NewReader(root), idx); err != nil {
@@ -168,7 +177,9 @@ func TestDiffLayer(t *testing.T) {
 		names = append(names, h.Name)
 	}
 	// Unchanged directories only as the parents of what changed.
-	wantNames := []string{"etc/", "etc/change", "etc/mode", "link2", "new/", "new/file", "new/hard", ".wh.gone", ".wh.gone-file"}
+	// A directory that is a file now hides what was under it: no whiteout
+	// under it (its parent is no directory).
+	wantNames := []string{"etc/", "etc/change", "etc/mode", "link2", "new/", "new/file", "new/hard", "was-dir", "was-file/", "was-file/y", ".wh.gone", ".wh.gone-file"}
 	if !slices.Equal(names, wantNames) {
 		t.Errorf("the diff's files: %q, want %q", names, wantNames)
 	}
