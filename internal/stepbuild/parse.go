@@ -187,7 +187,7 @@ func Parse(dockerfile []byte) (Plan, error) {
 					continue
 				}
 				if flag == "--link" || flag == "--link=true" {
-					continue // one flat layer here: a linked COPY lands the same
+					continue // the steps are one layer here: a linked COPY lands the same
 				}
 				if v, ok := strings.CutPrefix(flag, "--from="); ok && op == OpCopy {
 					if err := copyFrom(&st, v, p.Stages); err != nil {
