@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,8 +19,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/hotcell/hotcell/internal/errdefs"
 )
 
 // A commit of a box whose image the driver made (a sandbox of a saved
@@ -172,6 +171,9 @@ func diffLayer(w io.Writer, root io.Reader, idx baseIndex) error {
 		}
 		seen[name] = true
 		dirs[name] = h.Typeflag == tar.TypeDir
+		if h.Typeflag == tar.TypeRegA {
+			h.Typeflag = tar.TypeReg
+		}
 		b, inBase := idx[name]
 		same := inBase && b.typ == h.Typeflag && b.mode == h.Mode&0o7777 && b.uid == h.Uid && b.gid == h.Gid
 		switch h.Typeflag {
@@ -180,13 +182,12 @@ func diffLayer(w io.Writer, root io.Reader, idx baseIndex) error {
 				pending[name] = h
 				continue
 			}
-		case tar.TypeReg, tar.TypeRegA:
-			h.Typeflag = tar.TypeReg
+		case tar.TypeReg:
 			body, sum, err := spool(tr, h.Size)
 			if err != nil {
 				return err
 			}
-			if inBase && b.typ == tar.TypeReg && b.mode == h.Mode&0o7777 && b.uid == h.Uid && b.gid == h.Gid && b.size == h.Size && b.sum == sum {
+			if same && b.size == h.Size && b.sum == sum {
 				body.Close()
 				continue
 			}
@@ -227,20 +228,11 @@ func diffLayer(w io.Writer, root io.Reader, idx baseIndex) error {
 		}
 		written[name] = true
 	}
-	if _, err := io.Copy(io.Discard, src); err != nil { // what follows its end
-		return fmt.Errorf("read the root filesystem's tar: %w", err)
-	}
-	if !end.tarEnd() {
-		return fmt.Errorf("the root filesystem's tar ended before its end-of-archive blocks: %w", errdefs.ErrUnavailable)
+	if err := readEnd(io.Discard, src, end); err != nil {
+		return err
 	}
 	// A whiteout for each path of the base that is gone, the topmost only.
-	for _, p := range slices.Sorted(func(yield func(string) bool) {
-		for k := range idx {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, p := range slices.Sorted(maps.Keys(idx)) {
 		if seen[p] || goneAbove(p, idx, seen, dirs) {
 			continue
 		}

@@ -194,8 +194,15 @@ func copyTar(dst io.Writer, src io.Reader, end *tail) error {
 			return fmt.Errorf("read the root filesystem's tar: %w", err)
 		}
 	}
-	if _, err := io.Copy(dst, src); err != nil { // what follows its end
-		return err
+	return readEnd(dst, src, end)
+}
+
+// readEnd copies to dst what follows a tar's last entry in src (end sees
+// every byte of src) and checks the tar ended as a whole one does: the
+// box's agent may end its stream anywhere.
+func readEnd(dst io.Writer, src io.Reader, end *tail) error {
+	if _, err := io.Copy(dst, src); err != nil {
+		return fmt.Errorf("copy the end of the root filesystem's tar: %w", err)
 	}
 	if !end.tarEnd() {
 		return fmt.Errorf("the root filesystem's tar ended before its end-of-archive blocks: %w", errdefs.ErrUnavailable)
