@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -775,7 +776,7 @@ func (f *firewall) applyLocked(id string, addr netip.Addr, p Policy, dyn []dynRu
 	}
 	f.dyn[key] = keep
 	if f.node && oldAddr.IsValid() && oldAddr != addr {
-		if err := f.sets.Del(f.srcSet(), oldAddr.String()); err != nil {
+		if err := f.dropSrc(oldAddr); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -1079,9 +1080,28 @@ func (f *firewall) remove(id string, counts bool) (counters, error) {
 	delete(f.addrs, key)
 	if f.node && addr.IsValid() {
 		// The address may go to another pod, not a sandbox's.
-		err = errors.Join(err, f.sets.Del(f.srcSet(), addr.String()))
+		err = errors.Join(err, f.dropSrc(addr))
 	}
 	return c, err
+}
+
+// dropSrc takes addr out of the node's set of sandbox addresses (srcSet)
+// unless another sandbox of this firewall has it, or is jumped to from it
+// (also: a rule a previous run left for a sandbox still here). A pod's
+// address goes to a new pod as soon as the old pod's network is torn
+// down, which is before the old pod leaves the API server: the old
+// sandbox's rules can go after the new one's are in, and taking the
+// address out then would leave the new pod unconfined.
+func (f *firewall) dropSrc(addr netip.Addr, kept ...netip.Addr) error {
+	for _, a := range f.addrs {
+		if a == addr {
+			return nil
+		}
+	}
+	if slices.Contains(kept, addr) {
+		return nil
+	}
+	return f.sets.Del(f.srcSet(), addr.String())
 }
 
 // drops sums the DROP rules' counters of chain.
@@ -1174,24 +1194,39 @@ func (f *firewall) prune(keep []string) error {
 		return err
 	}
 	var errs []error
-	for target := range jumps {
-		rest := strings.TrimPrefix(target, prefixMain)
-		i := strings.LastIndexByte(rest, '-')
-		if i < 0 {
-			continue
+	var kept []netip.Addr // the addresses of the kept sandboxes' jumps
+	for target, src := range jumps {
+		if key, ok := jumpKey(target); ok && keys[key] {
+			if p, err := netip.ParsePrefix(src); err == nil {
+				kept = append(kept, p.Addr())
+			}
 		}
-		key := rest[:i]
-		if keys[key] {
+	}
+	for target := range jumps {
+		key, ok := jumpKey(target)
+		if !ok || keys[key] {
 			continue
 		}
 		if _, err := f.removeExcept(key, "", false); err != nil {
 			errs = append(errs, err)
 		}
+		delete(f.current, key)
+		delete(f.addrs, key)
 		if src, perr := netip.ParsePrefix(jumps[target]); f.node && perr == nil {
-			errs = append(errs, f.sets.Del(f.srcSet(), src.Addr().String()))
+			errs = append(errs, f.dropSrc(src.Addr(), kept...))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// jumpKey is the sandbox key of a jump's target, a sandbox's main chain.
+func jumpKey(target string) (string, bool) {
+	rest := strings.TrimPrefix(target, prefixMain)
+	i := strings.LastIndexByte(rest, '-')
+	if i < 0 {
+		return "", false
+	}
+	return rest[:i], true
 }
 
 // baseOK reports whether the jumps to the base chain are in place: a host

@@ -987,3 +987,80 @@ func TestVerifyRestoresRules(t *testing.T) {
 	}
 	checkInvariants(t, c, ipt)
 }
+
+// TestFirewallNodeSharedAddress: on a node the sandboxes' jumps match the
+// network's set of their addresses, and a pod's address can be a new
+// sandbox's while the old one's rules are still in (the old pod has not
+// left the API server). The old one's going, by its removal, by a change
+// of its address, or by a prune at start, leaves the address in the set
+// while another sandbox's rules judge it: taken out, the new pod would be
+// confined by nothing.
+func TestFirewallNodeSharedAddress(t *testing.T) {
+	t.Parallel()
+	shared := netip.MustParseAddr("10.214.5.9")
+	open := wire.EgressPolicy{Mode: wire.EgressOpen}
+	nodeController := func(t *testing.T) (*Controller, *fakeIPT, *fakeNet) {
+		c, ipt := testController(t, 0)
+		c.fw.node, c.fw.forward = true, "FORWARD"
+		if _, err := c.fw.ensureBase(); err != nil {
+			t.Fatal(err)
+		}
+		n := c.drv.(*fakeNet)
+		n.addrs[idA], n.addrs[idB] = shared, shared
+		n.on[idA], n.on[idB] = true, true
+		mustApply(t, c, idA, open)
+		mustApply(t, c, idB, wire.EgressPolicy{Mode: wire.EgressAllowlist, Allow: []string{"198.51.100.7/32:443"}})
+		return c, ipt, n
+	}
+	inSet := func(c *Controller, ipt *fakeIPT, a netip.Addr) bool {
+		ipt.mu.Lock()
+		defer ipt.mu.Unlock()
+		return slices.Contains(ipt.sets[c.fw.srcSet()], a.String())
+	}
+
+	t.Run("Forget", func(t *testing.T) {
+		c, ipt, _ := nodeController(t)
+		if err := c.Forget(t.Context(), idA); err != nil {
+			t.Fatal(err)
+		}
+		if !inSet(c, ipt, shared) {
+			t.Errorf("the old sandbox's removal took %s, which the new one has, out of %s", shared, c.fw.srcSet())
+		}
+		if err := c.Forget(t.Context(), idB); err != nil {
+			t.Fatal(err)
+		}
+		if inSet(c, ipt, shared) {
+			t.Errorf("%s is still in %s with no sandbox at it", shared, c.fw.srcSet())
+		}
+	})
+	t.Run("AddressChange", func(t *testing.T) {
+		c, ipt, n := nodeController(t)
+		moved := netip.MustParseAddr("10.214.5.10")
+		n.mu.Lock()
+		n.addrs[idA] = moved
+		n.mu.Unlock()
+		mustApply(t, c, idA, open)
+		if !inSet(c, ipt, shared) || !inSet(c, ipt, moved) {
+			t.Errorf("after the old sandbox moved to %s, %s: %v", moved, c.fw.srcSet(), ipt.sets[c.fw.srcSet()])
+		}
+	})
+	t.Run("Prune", func(t *testing.T) {
+		// What a restarted controller's first pass does: it knows none
+		// of the rules it finds, keeps the new sandbox's and removes the
+		// old one's.
+		c, ipt, _ := nodeController(t)
+		c.fw.current, c.fw.addrs = map[string]string{}, map[string]netip.Addr{}
+		if err := c.fw.prune([]string{idB}); err != nil {
+			t.Fatal(err)
+		}
+		if !inSet(c, ipt, shared) {
+			t.Errorf("a prune of the old sandbox took %s, which the kept one's jump is from, out of %s", shared, c.fw.srcSet())
+		}
+		if err := c.fw.prune(nil); err != nil {
+			t.Fatal(err)
+		}
+		if inSet(c, ipt, shared) {
+			t.Errorf("%s is still in %s after a prune of every sandbox", shared, c.fw.srcSet())
+		}
+	})
+}

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -263,6 +264,13 @@ func (n *Node) sync(ctx context.Context, store cache.Store, prune bool) (failed 
 		live[id] = p
 	}
 	n.mu.Lock()
+	known := maps.Clone(n.known)
+	n.mu.Unlock()
+	dropStaleHolders(live, func(id string, p *corev1.Pod) bool {
+		a, ok := known[id]
+		return ok && a.uid == p.UID && a.addr.String() == p.Status.PodIP
+	})
+	n.mu.Lock()
 	var gone []string
 	for id, a := range n.known {
 		if p, ok := live[id]; !ok || p.UID != a.uid {
@@ -297,6 +305,54 @@ func (n *Node) sync(ctx context.Context, store cache.Store, prune bool) (failed 
 		}
 	}
 	return failed
+}
+
+// dropStaleHolders removes from live (sandbox id → pod) every pod whose
+// address a pod that got it later has. A pod's address goes back to the
+// node's pool when its network is torn down, which is before the pod
+// leaves the API server (it is terminating, or its deletion has not
+// reached the informer yet), and the next pod may get it then: the old
+// pod's rules must go before the new pod's go in, or they would judge the
+// new pod's traffic (the same address) by the old policy and, once gone,
+// take the address out from under the new pod's rules. Its containers are
+// dead: they went with the network. applied reports whether a pod's
+// policy is in force here already.
+func dropStaleHolders(live map[string]*corev1.Pod, applied func(id string, p *corev1.Pod) bool) {
+	holder := map[string]string{} // address → sandbox id
+	for _, id := range slices.Sorted(maps.Keys(live)) {
+		p := live[id]
+		other, ok := holder[p.Status.PodIP]
+		if !ok {
+			holder[p.Status.PodIP] = id
+			continue
+		}
+		if gotLater(p, live[other], applied(id, p), applied(other, live[other])) {
+			holder[p.Status.PodIP] = id
+			delete(live, other)
+		} else {
+			delete(live, id)
+		}
+	}
+}
+
+// gotLater reports whether pod a got its address after pod b: b is
+// terminating and a is not, or a started later (to the second), or b's
+// policy is in force here and a's is not yet (a is the newcomer), or a
+// was made later.
+func gotLater(a, b *corev1.Pod, aApplied, bApplied bool) bool {
+	if (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil) {
+		return a.DeletionTimestamp == nil
+	}
+	if a.Status.StartTime != nil && b.Status.StartTime != nil && !a.Status.StartTime.Equal(b.Status.StartTime) {
+		return b.Status.StartTime.Before(a.Status.StartTime)
+	}
+	if aApplied != bApplied {
+		return bApplied
+	}
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return b.CreationTimestamp.Before(&a.CreationTimestamp)
+	}
+	return a.Name > b.Name
 }
 
 // apply puts pod p's policy in force if it is not yet, then says so on
