@@ -100,6 +100,20 @@ func (a agentBox) Archive(ctx context.Context, p string) (io.ReadCloser, bool, e
 	return resp.Body, resp.Header.Get(wire.HeaderArchiveOf) != wire.ArchiveOfFile, nil
 }
 
+// List lists dir (the agent's GET /v1/fs/list), by name only: what a
+// wildcard matches is read without the files' contents.
+func (a agentBox) List(ctx context.Context, dir string) (map[string]bool, error) {
+	var l wire.FileList
+	if err := a.conn.DoJSON(ctx, http.MethodGet, "/v1/fs/list?"+url.Values{"path": {dir}}.Encode(), nil, &l); err != nil {
+		return nil, err
+	}
+	m := make(map[string]bool, len(l.Entries))
+	for _, e := range l.Entries {
+		m[e.Name] = e.Type == wire.FileTypeDir
+	}
+	return m, nil
+}
+
 // Move renames from to to (the agent's POST /v1/fs/move).
 func (a agentBox) Move(ctx context.Context, from, to string) error {
 	return a.conn.DoJSON(ctx, http.MethodPost, "/v1/fs/move", wire.MoveRequest{From: from, To: to}, nil)

@@ -35,6 +35,9 @@ type Box interface {
 	// a directory's contents (dir true), or a regular file as one entry
 	// named as it.
 	Archive(ctx context.Context, path string) (tar io.ReadCloser, dir bool, err error)
+	// List lists directory dir of the box (a symlink there followed), each
+	// entry with whether it is a directory (not a link to one).
+	List(ctx context.Context, dir string) (map[string]bool, error)
 }
 
 // Boxes starts and ends the boxes a build runs in.
@@ -893,29 +896,18 @@ func (b *builder) copyFrom(ctx context.Context, st Step) error {
 // the names of dir's entries, each with whether it is a directory. None is
 // an error naming the source.
 func (b *builder) matches(ctx context.Context, st Step, box Box, dir, pat string) (map[string]bool, error) {
-	rc, isDir, err := box.Archive(ctx, dir)
+	entries, err := box.List(ctx, dir)
+	if errors.Is(err, errdefs.ErrInvalidArgument) { // the agent's answer for a file
+		return nil, b.invalid(st, "%s of %s is not a directory", clip(dir), st.CopyFrom)
+	}
 	if err != nil {
 		return nil, b.fromErr(st, dir, err)
 	}
-	defer rc.Close()
-	if !isDir {
-		return nil, b.invalid(st, "%s of %s is not a directory", clip(dir), st.CopyFrom)
-	}
 	m := map[string]bool{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
+	for name, isDir := range entries {
+		if globMatch(pat, name) {
+			m[name] = isDir
 		}
-		if err != nil {
-			return nil, fmt.Errorf("list %s of %s: %w", dir, st.CopyFrom, err)
-		}
-		top, rest, _ := strings.Cut(path.Clean("/" + h.Name)[1:], "/")
-		if top == "" || !globMatch(pat, top) {
-			continue
-		}
-		m[top] = m[top] || rest != "" || h.Typeflag == tar.TypeDir
 	}
 	if len(m) == 0 {
 		return nil, b.invalid(st, "%s: nothing of %s of %s matches it", clip(pat), clip(dir), st.CopyFrom)

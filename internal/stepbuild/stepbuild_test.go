@@ -258,6 +258,7 @@ type fakeBox struct {
 
 // Archive answers from files: a path's file, or a directory's files.
 func (f *fakeBox) Archive(_ context.Context, p string) (io.ReadCloser, bool, error) {
+	f.ops = append(f.ops, "archive "+p)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	put := func(name, body string) {
@@ -281,6 +282,26 @@ func (f *fakeBox) Archive(_ context.Context, p string) (io.ReadCloser, bool, err
 	}
 	tw.Close()
 	return io.NopCloser(&buf), true, nil
+}
+
+// List answers from files: the names under directory dir, a name with
+// files under it being a directory.
+func (f *fakeBox) List(_ context.Context, dir string) (map[string]bool, error) {
+	f.ops = append(f.ops, "list "+dir)
+	if _, ok := f.files[dir]; ok {
+		return nil, errdefs.Invalid("path", "%s is not a directory", dir)
+	}
+	m := map[string]bool{}
+	for name := range f.files {
+		if rel, ok := strings.CutPrefix(name, strings.TrimSuffix(dir, "/")+"/"); ok {
+			top, rest, _ := strings.Cut(rel, "/")
+			m[top] = m[top] || rest != ""
+		}
+	}
+	if len(m) == 0 {
+		return nil, fmt.Errorf("%s: %w", dir, errdefs.ErrNotFound)
+	}
+	return m, nil
 }
 
 // fakeBoxes starts fakeBoxes: the first one given, then new ones whose
@@ -773,6 +794,16 @@ COPY --from=build /app/dist* /web
 	}
 	if got := last.(*fakeBox).extracts; !maps.EqualFunc(got, want, maps.Equal) {
 		t.Errorf("extracted: %q, want %q", got, want)
+	}
+	// A wildcard's directory is listed by name, and its contents read
+	// once, for the copy.
+	build := boxes.boxes[0]
+	if build.n == last.(*fakeBox).n {
+		t.Fatal("the build stage's box is the last one")
+	}
+	wantOps := []string{"list /app/target", "archive /app/target", "list /app/target", "archive /app/target", "list /app", "archive /app"}
+	if !slices.Equal(build.ops, wantOps) {
+		t.Errorf("asked of the build stage's box: %q, want %q", build.ops, wantOps)
 	}
 	for _, tc := range []struct{ copy, says string }{
 		{"COPY --from=build /app/target/*.none /x/", "line 3: COPY: \"*.none\": nothing of \"/app/target\" of build matches it"},
