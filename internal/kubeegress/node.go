@@ -261,6 +261,11 @@ func (n *Node) sync(ctx context.Context, store cache.Store, prune bool) (failed 
 			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
+		if p.Spec.HostNetwork {
+			// Not a sandbox the driver made: its address is the node's,
+			// which rules by source address would take from the node.
+			continue
+		}
 		live[id] = p
 	}
 	n.mu.Lock()

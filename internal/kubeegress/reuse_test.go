@@ -99,9 +99,14 @@ func TestNodeAddressReused(t *testing.T) {
 	})
 
 	addr := "198.18.77.5"
+	var podAt func(t *testing.T, id, addr string, hostNetwork bool, p wire.EgressPolicy, finalizers ...string) *corev1.Pod
 	// pod makes the pod of sandbox id, bound to the test's node, with
 	// policy p, and gives it addr as the kubelet would.
 	pod := func(t *testing.T, id string, p wire.EgressPolicy, finalizers ...string) *corev1.Pod {
+		t.Helper()
+		return podAt(t, id, addr, false, p, finalizers...)
+	}
+	podAt = func(t *testing.T, id, addr string, hostNetwork bool, p wire.EgressPolicy, finalizers ...string) *corev1.Pod {
 		t.Helper()
 		pol, _ := json.Marshal(p)
 		made, err := client.CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{
@@ -112,6 +117,7 @@ func TestNodeAddressReused(t *testing.T) {
 				Finalizers:  finalizers,
 			},
 			Spec: corev1.PodSpec{
+				HostNetwork:   hostNetwork,
 				NodeName:      node,
 				RestartPolicy: corev1.RestartPolicyNever,
 				Containers:    []corev1.Container{{Name: "box", Image: "hotcell/never-pulled:none"}},
@@ -223,6 +229,22 @@ func TestNodeAddressReused(t *testing.T) {
 			}
 		})
 	}
+
+	// A pod with the node's network is no sandbox the driver made: rules
+	// by its source address would judge the node's own traffic. Once a
+	// later pod's policy is in force, a sync has been through it.
+	t.Run("HostNetworkPodIgnored", func(t *testing.T) {
+		hostID, id := "sb-"+randHex(6), "sb-"+randHex(6)
+		host := podAt(t, hostID, "198.18.77.9", true, wire.EgressPolicy{Mode: wire.EgressNone})
+		applied(t, pod(t, id, wire.EgressPolicy{Mode: wire.EgressNone}))
+		got, err := client.CoreV1().Pods(ns).Get(ctx, host.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := got.Annotations[kubernetes.AnnoEgressApplied]; v != "" || chainsOf(t, hostID) || inSrcSet(t, "198.18.77.9") {
+			t.Errorf("a pod with the node's network was confined (applied %q):\n%s", v, rulesOf(t, "198.18.77.9"))
+		}
+	})
 }
 
 // release takes the test's finalizers off pod p.
