@@ -275,14 +275,12 @@ func (n *Node) sync(ctx context.Context, store cache.Store, prune bool) (failed 
 		a, ok := known[id]
 		return ok && a.uid == p.UID && a.addr.String() == p.Status.PodIP
 	})
-	n.mu.Lock()
 	var gone []string
-	for id, a := range n.known {
+	for id, a := range known {
 		if p, ok := live[id]; !ok || p.UID != a.uid {
 			gone = append(gone, id)
 		}
 	}
-	n.mu.Unlock()
 	for _, id := range gone {
 		if err := n.ctl.Forget(ctx, id); err != nil {
 			n.log.Warn("remove egress rules of a pod that went", "sandbox", id, "err", err)

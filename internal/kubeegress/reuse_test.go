@@ -99,14 +99,9 @@ func TestNodeAddressReused(t *testing.T) {
 	})
 
 	addr := "198.18.77.5"
-	var podAt func(t *testing.T, id, addr string, hostNetwork bool, p wire.EgressPolicy, finalizers ...string) *corev1.Pod
-	// pod makes the pod of sandbox id, bound to the test's node, with
+	// podAt makes the pod of sandbox id, bound to the test's node, with
 	// policy p, and gives it addr as the kubelet would.
-	pod := func(t *testing.T, id string, p wire.EgressPolicy, finalizers ...string) *corev1.Pod {
-		t.Helper()
-		return podAt(t, id, addr, false, p, finalizers...)
-	}
-	podAt = func(t *testing.T, id, addr string, hostNetwork bool, p wire.EgressPolicy, finalizers ...string) *corev1.Pod {
+	podAt := func(t *testing.T, id, addr string, hostNetwork bool, p wire.EgressPolicy, finalizers ...string) *corev1.Pod {
 		t.Helper()
 		pol, _ := json.Marshal(p)
 		made, err := client.CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{
@@ -133,6 +128,11 @@ func TestNodeAddressReused(t *testing.T) {
 			t.Fatal(err)
 		}
 		return made
+	}
+	// pod is podAt the address the old and new pods share.
+	pod := func(t *testing.T, id string, p wire.EgressPolicy, finalizers ...string) *corev1.Pod {
+		t.Helper()
+		return podAt(t, id, addr, false, p, finalizers...)
 	}
 	// applied waits for the controller to say p's policy is in force.
 	applied := func(t *testing.T, p *corev1.Pod) {
